@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* loss.bpf.c: random packet loss on a lab link's egress (the kernel here has no netem). Each
+ * packet is dropped with probability loss_threshold / 2^32, decided per packet with
+ * bpf_get_prandom_u32, so losses are independent (Bernoulli), as netem's "loss random". */
+#include "common.h"
+#include "stats.h"
+
+enum loss_stat {
+	LOSS_STAT_PASSED,
+	LOSS_STAT_DROPPED,
+	LOSS_STAT_MAX,
+};
+
+/* Drop probability scaled to 2^32: 0 never drops, 1<<32 always does. Set from Go at load. */
+volatile const __u64 loss_threshold = 0;
+
+/* key = enum loss_stat, value = per-CPU packet count */
+FP_COUNTERS(loss_stats, enum loss_stat, LOSS_STAT_MAX);
+
+SEC("tc")
+int lab_loss(struct __sk_buff *skb)
+{
+	if ((__u64)bpf_get_prandom_u32() < loss_threshold) {
+		fp_count(&loss_stats, LOSS_STAT_DROPPED);
+		return TC_ACT_SHOT;
+	}
+	fp_count(&loss_stats, LOSS_STAT_PASSED);
+	return TC_ACT_UNSPEC; /* let later tcx programs run */
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";

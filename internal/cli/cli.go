@@ -1,0 +1,64 @@
+// Package cli holds what every subcommand shares: usage errors that exit with code 2 and
+// argument checks that produce them.
+package cli
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+// ExitCoder is an error that chooses the process's exit code.
+type ExitCoder interface {
+	error
+	ExitCode() int
+}
+
+// UsageError is bad input from the user: a wrong flag, argument or configuration file. It
+// exits with code 2, before anything was changed.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+func (e *UsageError) ExitCode() int { return 2 }
+
+// Usage marks err as a usage error (nil stays nil).
+func Usage(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &UsageError{Err: err}
+}
+
+// Usagef formats a usage error.
+func Usagef(format string, args ...any) error { return Usage(fmt.Errorf(format, args...)) }
+
+// ExitCode is the code the process should exit with for err.
+func ExitCode(err error) int {
+	var ec ExitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return 1
+}
+
+// ExactArgs is cobra.ExactArgs returning a usage error that shows the command's use line.
+func ExactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return Usagef("%s takes %d argument(s), got %d; usage: %s", cmd.CommandPath(), n, len(args), cmd.UseLine())
+		}
+		return nil
+	}
+}
+
+// RangeArgs is cobra.RangeArgs returning a usage error.
+func RangeArgs(min, max int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < min || len(args) > max {
+			return Usagef("%s takes %d to %d arguments, got %d; usage: %s", cmd.CommandPath(), min, max, len(args), cmd.UseLine())
+		}
+		return nil
+	}
+}

@@ -1,0 +1,196 @@
+// Package lab runs topologies (internal/topo) as network namespaces joined by veth pairs: routed
+// hosts and routers, HTB rate limits and BPF-injected loss on links, and it tears them down
+// leaving nothing behind.
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/topo"
+)
+
+// Lab is a running topology.
+type Lab struct {
+	Topology *topo.Topology
+	Created  time.Time
+}
+
+// Name is the lab's name, the prefix of all its kernel objects.
+func (l *Lab) Name() string { return l.Topology.Name }
+
+// Netns is the namespace of a node.
+func (l *Lab) Netns(node string) string { return Netns(l.Name(), node) }
+
+// IfName is the kernel name of an interface.
+func (l *Lab) IfName(ifc *topo.Iface) string { return IfName(l.Name(), ifc.Name) }
+
+// ErrExists is returned by Up when the name is taken.
+var ErrExists = errors.New("a lab of that name is running")
+
+// Parse reads a topology and checks it can run in the kernel lab. name, if set, overrides the
+// file's. Errors are topo.Errors: every problem, with its line.
+func Parse(file string, data []byte, name string) (*topo.Topology, error) {
+	t, err := topo.Parse(file, data)
+	if err != nil {
+		var errs topo.Errors
+		// A name from the command line may fix a missing one; report everything else.
+		if name == "" || !errors.As(err, &errs) || !onlyName(errs) {
+			return nil, err
+		}
+		t, err = topo.Parse(file, append([]byte("name: "+name+"\n"), data...))
+		if err != nil {
+			return nil, err
+		}
+	}
+	if name != "" {
+		if err := topo.ValidName(name); err != nil {
+			return nil, topo.Errors{{File: file, Field: "--name", Msg: err.Error()}}
+		}
+		t.Name = name
+	}
+	if errs := check(t); len(errs) > 0 {
+		return nil, errs
+	}
+	return t, nil
+}
+
+func onlyName(errs topo.Errors) bool {
+	for _, e := range errs {
+		if e.Field != "name" {
+			return false
+		}
+	}
+	return true
+}
+
+// check rejects what the kernel dataplane cannot do here, saying what can.
+func check(t *topo.Topology) topo.Errors {
+	var errs topo.Errors
+	for _, l := range t.Links {
+		for _, p := range []struct {
+			key string
+			set bool
+		}{
+			{"delay", l.Delay != 0}, {"jitter", l.Jitter != 0}, {"reorder", l.Reorder != 0},
+			{"duplicate", l.Duplicate != 0}, {"corrupt", l.Corrupt != 0},
+		} {
+			if p.set {
+				errs = append(errs, topo.Error{File: t.File, Line: l.Line, Field: fmt.Sprintf("links[%d].%s", l.Index, p.key),
+					Msg: "the kernel lab cannot " + p.key + " packets: this kernel has no netem (and no fq for BPF departure times); " +
+						"run the topology with `flowplane vnet up`, whose links do delay, jitter, reorder, duplicate and corrupt"})
+			}
+		}
+	}
+	return errs
+}
+
+// Up creates the lab. On any failure it removes what it made and returns the error.
+func Up(file string, data []byte, t *topo.Topology) (*Lab, error) {
+	if names, err := Names(); err != nil {
+		return nil, err
+	} else if slices.Contains(names, t.Name) {
+		return nil, fmt.Errorf("lab %q: %w; `flowplane lab down %s` removes it", t.Name, ErrExists, t.Name)
+	}
+	// The record goes first: if we die half-way, `lab down` still knows what to remove.
+	rec := record{Name: t.Name, File: file, YAML: string(data), Created: time.Now().UTC().Truncate(time.Second)}
+	if err := saveRecord(rec); err != nil {
+		return nil, err
+	}
+	l := &Lab{Topology: t, Created: rec.Created}
+	if err := l.create(); err != nil {
+		if derr := Down(t.Name); derr != nil {
+			err = errors.Join(err, fmt.Errorf("roll back: %w", derr))
+		}
+		return nil, fmt.Errorf("lab %s: %w (rolled back)", t.Name, err)
+	}
+	return l, nil
+}
+
+func (l *Lab) create() error {
+	for _, n := range l.Topology.Nodes {
+		if err := nsrun.Create(l.Netns(n.Name)); err != nil {
+			return err
+		}
+		if err := nsrun.Do(l.Netns(n.Name), func() error { return setupNode(n) }); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+	}
+	for _, link := range l.Topology.Links {
+		if err := l.addLink(link); err != nil {
+			return fmt.Errorf("link %s-%s: %w", link.A.Node.Name, link.B.Node.Name, err)
+		}
+	}
+	for _, n := range l.Topology.Nodes {
+		if err := nsrun.Do(l.Netns(n.Name), func() error { return l.addRoutes(n) }); err != nil {
+			return fmt.Errorf("routes of %s: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
+// Down removes every kernel object of the lab: its namespaces (and with them veths, qdiscs and
+// BPF attachments), its pins and its record. It also cleans up after a lab that died half-way.
+func Down(name string) error {
+	if err := topo.ValidName(name); err != nil {
+		return err
+	}
+	nss, err := netnsNames()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	found := false
+	for _, ns := range nss {
+		if labOfNetns(ns) == name {
+			found = true
+			if err := nsrun.Delete(ns); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if _, err := os.Stat(pin.Path("lab", name)); err == nil {
+		found = true
+	}
+	if err := pin.Remove("lab", name); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.Remove(recordPath(name)); err == nil {
+		found = true
+	} else if !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if !found {
+		return fmt.Errorf("lab %q: %w", name, ErrNotFound)
+	}
+	return errors.Join(errs...)
+}
+
+// Env is the environment of commands run on a node: the caller's, the node's own variables,
+// and FP_LAB/FP_NODE/FP_NETNS so scripts know where they are.
+func (l *Lab) Env(node *topo.Node) []string {
+	env := append(os.Environ(), "FP_LAB="+l.Name(), "FP_NODE="+node.Name, "FP_NETNS="+l.Netns(node.Name))
+	for k, v := range node.Env {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// Node returns a node by name, with an error that lists the nodes.
+func (l *Lab) Node(name string) (*topo.Node, error) {
+	if n := l.Topology.Node(name); n != nil {
+		return n, nil
+	}
+	names := make([]string, len(l.Topology.Nodes))
+	for i, n := range l.Topology.Nodes {
+		names[i] = n.Name
+	}
+	return nil, fmt.Errorf("lab %s has no node %q; nodes: %s", l.Name(), name, strings.Join(names, ", "))
+}
+

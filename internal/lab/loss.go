@@ -1,0 +1,90 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/topo"
+)
+
+//go:generate go tool bpf2go -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror" -type loss_stat loss ../../bpf/lab/loss.bpf.c -- -I../../bpf/include
+
+// lossPinDir holds the tcx link and the counters of one interface's loss program.
+func (l *Lab) lossPinDir(ifc *topo.Iface) string {
+	return pin.Path("lab", l.Name(), ifc.Node.Name, ifc.Name)
+}
+
+// lossThreshold turns a percentage into the program's threshold on a 32-bit random number.
+func lossThreshold(percent float64) uint64 {
+	return uint64(math.Round(percent / 100 * (1 << 32)))
+}
+
+// attachLoss loads one loss program for the interface (its probability is a load-time
+// constant), attaches it to tcx egress and pins link and counters. Runs in the node's
+// namespace: tcx resolves the ifindex there.
+func (l *Lab) attachLoss(ifc *topo.Iface, ifindex int) error {
+	spec, err := loadLoss()
+	if err != nil {
+		return fmt.Errorf("load loss program spec: %w", err)
+	}
+	if err := spec.Variables["loss_threshold"].Set(lossThreshold(ifc.Link.Loss)); err != nil {
+		return fmt.Errorf("set loss threshold: %w", err)
+	}
+	var objs lossObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return fmt.Errorf("load loss program: %w", err)
+	}
+	defer objs.Close()
+	lnk, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: objs.LabLoss, Attach: ebpf.AttachTCXEgress})
+	if err != nil {
+		return fmt.Errorf("attach loss program to tcx egress of %s: %w", l.IfName(ifc), err)
+	}
+	defer lnk.Close()
+	dir, err := pin.Dir("lab", l.Name(), ifc.Node.Name, ifc.Name)
+	if err != nil {
+		return err
+	}
+	if err := lnk.Pin(filepath.Join(dir, "link")); err != nil {
+		return fmt.Errorf("pin loss link: %w", err)
+	}
+	if err := objs.LossStats.Pin(filepath.Join(dir, "stats")); err != nil {
+		return fmt.Errorf("pin loss counters: %w", err)
+	}
+	return nil
+}
+
+// LossCounters are what a link end's loss program has seen.
+type LossCounters struct {
+	Passed  uint64 `json:"passed"`
+	Dropped uint64 `json:"dropped"`
+}
+
+// ReadLoss sums the per-CPU counters of an interface's loss program. ok is false when the
+// interface has none.
+func (l *Lab) ReadLoss(ifc *topo.Iface) (c LossCounters, ok bool, err error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(l.lossPinDir(ifc), "stats"), &ebpf.LoadPinOptions{ReadOnly: true})
+	if errors.Is(err, os.ErrNotExist) {
+		return c, false, nil
+	}
+	if err != nil {
+		return c, false, fmt.Errorf("open loss counters: %w", err)
+	}
+	defer m.Close()
+	for key, dst := range map[lossLossStat]*uint64{lossLossStatLOSS_STAT_PASSED: &c.Passed, lossLossStatLOSS_STAT_DROPPED: &c.Dropped} {
+		var perCPU []uint64
+		if err := m.Lookup(uint32(key), &perCPU); err != nil {
+			return c, false, fmt.Errorf("read loss counter %d: %w", key, err)
+		}
+		for _, v := range perCPU {
+			*dst += v
+		}
+	}
+	return c, true, nil
+}

@@ -1,0 +1,108 @@
+package lab
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/topo"
+)
+
+// Status is a lab as `lab status` shows it.
+type Status struct {
+	Name    string       `json:"name"`
+	File    string       `json:"file"`
+	Created time.Time    `json:"created"`
+	Nodes   []NodeStatus `json:"nodes"`
+	Links   []LinkStatus `json:"links"`
+}
+
+// NodeStatus is a node and its interfaces.
+type NodeStatus struct {
+	Name   string        `json:"name"`
+	Kind   topo.Kind     `json:"kind"`
+	Netns  string        `json:"netns"`
+	Ifaces []IfaceStatus `json:"interfaces"`
+}
+
+// IfaceStatus is one interface, its addresses and its counters.
+type IfaceStatus struct {
+	Name       string        `json:"name"`
+	Device     string        `json:"device"`
+	Peer       string        `json:"peer"`
+	IPv4       string        `json:"ipv4"`
+	IPv6       string        `json:"ipv6"`
+	Up         bool          `json:"up"`
+	TxPackets  uint64        `json:"tx_packets"`
+	RxPackets  uint64        `json:"rx_packets"`
+	QdiscDrops uint32        `json:"qdisc_drops"`
+	Loss       *LossCounters `json:"loss,omitempty"`
+}
+
+// LinkStatus is a link and its properties.
+type LinkStatus struct {
+	A       string  `json:"a"`
+	B       string  `json:"b"`
+	MTU     int     `json:"mtu"`
+	Rate    string  `json:"rate,omitempty"`
+	RateBPS uint64  `json:"rate_bps,omitempty"`
+	Loss    float64 `json:"loss_percent"`
+}
+
+// Status reads the lab's state from the kernel.
+func (l *Lab) Status() (*Status, error) {
+	s := &Status{Name: l.Name(), File: l.Topology.File, Created: l.Created}
+	for _, n := range l.Topology.Nodes {
+		ns := NodeStatus{Name: n.Name, Kind: n.Kind, Netns: l.Netns(n.Name)}
+		for _, ifc := range n.Ifaces {
+			st := IfaceStatus{Name: ifc.Name, Device: l.IfName(ifc), IPv4: ifc.IPv4.String(), IPv6: ifc.IPv6.String(),
+				Peer: ifc.Peer().Node.Name + ":" + ifc.Peer().Name}
+			if err := nsrun.Do(ns.Netns, func() error { return readIface(st.Device, &st) }); err != nil {
+				return nil, fmt.Errorf("%s %s: %w", n.Name, ifc.Name, err)
+			}
+			if ifc.Link.HasLoss {
+				c, ok, err := l.ReadLoss(ifc)
+				if err != nil {
+					return nil, err
+				}
+				if ok {
+					st.Loss = &c
+				}
+			}
+			ns.Ifaces = append(ns.Ifaces, st)
+		}
+		s.Nodes = append(s.Nodes, ns)
+	}
+	for _, link := range l.Topology.Links {
+		ls := LinkStatus{A: link.A.Node.Name + ":" + link.A.Name, B: link.B.Node.Name + ":" + link.B.Name, MTU: link.MTU, Loss: link.Loss, RateBPS: link.Rate}
+		if link.Rate > 0 {
+			ls.Rate = topo.FormatRate(link.Rate)
+		}
+		s.Links = append(s.Links, ls)
+	}
+	return s, nil
+}
+
+func readIface(dev string, st *IfaceStatus) error {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return err
+	}
+	a := l.Attrs()
+	st.Up = a.OperState == netlink.OperUp
+	if a.Statistics != nil {
+		st.TxPackets, st.RxPackets = a.Statistics.TxPackets, a.Statistics.RxPackets
+	}
+	qs, err := netlink.QdiscList(l)
+	if err != nil {
+		return fmt.Errorf("list qdiscs: %w", err)
+	}
+	for _, q := range qs {
+		if q.Attrs().Parent == netlink.HANDLE_ROOT && q.Attrs().Statistics != nil && q.Attrs().Statistics.Queue != nil {
+			st.QdiscDrops = q.Attrs().Statistics.Queue.Drops
+		}
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+// Package topo reads the YAML topology format shared by the kernel lab and vnet: nodes, links,
+// addresses and link properties, validated as a whole, with every error tied to its line.
+package topo
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+)
+
+// Kind says whether a node forwards packets.
+type Kind string
+
+const (
+	Host   Kind = "host"
+	Router Kind = "router"
+)
+
+// Topology is a validated topology with every address assigned.
+type Topology struct {
+	Name  string
+	File  string
+	Nodes []*Node // in file order
+	Links []*Link // in file order
+}
+
+// Node is a host or router.
+type Node struct {
+	Name   string
+	Kind   Kind
+	Env    map[string]string
+	Ifaces []*Iface // in link order
+}
+
+// Iface is one end of a link.
+type Iface struct {
+	Name string // eth0, eth1, … in the order the node's links appear
+	Node *Node
+	Link *Link
+	IPv4 netip.Prefix // address and prefix length of the link
+	IPv6 netip.Prefix
+}
+
+// Peer is the other end of the link.
+func (i *Iface) Peer() *Iface {
+	if i.Link.A == i {
+		return i.Link.B
+	}
+	return i.Link.A
+}
+
+// Link joins two interfaces. Zero values mean "not set": no shaping, no impairment.
+type Link struct {
+	Index int
+	Line  int // line of the link in the file, for messages
+	A, B  *Iface
+	MTU   int
+	Rate  uint64 // bits per second
+	// Loss, Reorder, Duplicate and Corrupt are probabilities in percent. HasLoss is true when the
+	// file sets loss, even to 0, so a dataplane can attach its loss stage and count.
+	Loss      float64
+	HasLoss   bool
+	Delay     time.Duration
+	Jitter    time.Duration
+	Reorder   float64
+	Duplicate float64
+	Corrupt   float64
+}
+
+// DefaultMTU is the MTU of a link that does not set one.
+const DefaultMTU = 1500
+
+var (
+	nameRE     = regexp.MustCompile(`^[a-z][a-z0-9]{0,11}$`)
+	nodeNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,14}$`)
+)
+
+// ValidName reports whether name can name a topology: it becomes part of kernel object names, so
+// it is short and has no dash (the dash separates lab and node in namespace names).
+func ValidName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("topology name %q must be 1-12 lowercase letters and digits, starting with a letter", name)
+	}
+	return nil
+}
+
+// Load reads and validates a topology file. The name comes from the file's "name" key, else
+// from the file name without its extension.
+func Load(path string) (*Topology, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// Parse validates a topology held in memory; file is used in messages and as the default name.
+func Parse(file string, data []byte) (*Topology, error) {
+	spec, errs := decode(file, data)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	if spec.name == "" {
+		base := filepath.Base(file)
+		spec.name = base[:len(base)-len(filepath.Ext(base))]
+	}
+	return build(file, spec)
+}
+
+// Node returns the node called name, or nil.
+func (t *Topology) Node(name string) *Node {
+	for _, n := range t.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}

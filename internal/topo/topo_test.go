@@ -1,0 +1,194 @@
+package topo
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestParseBadFiles(t *testing.T) {
+	cases := []struct {
+		name, yaml string
+		want       []string // every line of the error, exactly
+	}{
+		{"empty", ``, []string{"bad.yaml: the file is empty; a topology needs nodes and links (see docs/lab.md)"}},
+		{"not yaml", "nodes: [", []string{"bad.yaml: not valid YAML: line 1: did not find expected node content"}},
+		{"unknown top key", "name: x\nnodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b]}]\nlnks: []\n",
+			[]string{`bad.yaml:4: lnks: unknown key "lnks"; known keys here: links, name, nodes`}},
+		{"missing sections", "name: x\n", []string{
+			"bad.yaml:1: nodes: missing; list the hosts and routers, e.g. nodes: {h1: {}, r1: {kind: router}}",
+			"bad.yaml:1: links: missing; list the links, e.g. links: [{endpoints: [h1, r1]}]"}},
+		{"bad name", "name: My-Lab\nnodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b]}]\n",
+			[]string{`bad.yaml:1: name: topology name "My-Lab" must be 1-12 lowercase letters and digits, starting with a letter`}},
+		{"unknown node", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, c]\n",
+			[]string{`bad.yaml:4: links[0].endpoints[1]: unknown node "c"; nodes are: a, b`}},
+		{"self link", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, a]\n",
+			[]string{`bad.yaml:4: links[0].endpoints: both endpoints are "a"; a link joins two different nodes`}},
+		{"unknown kind", "name: x\nnodes:\n  a: {kind: switch}\n  b: {}\nlinks: [{endpoints: [a, b]}]\n",
+			[]string{`bad.yaml:3: nodes.a.kind: unknown kind "switch"; use host or router`}},
+		{"unknown link key", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    bandwidth: 1gbit\n",
+			[]string{`bad.yaml:5: links[0].bandwidth: unknown key "bandwidth"; known keys here: corrupt, delay, duplicate, endpoints, jitter, loss, mtu, rate, reorder`}},
+		{"bad rate", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    rate: fast\n",
+			[]string{`bad.yaml:5: links[0].rate: "fast" is not a rate; write a number and a unit, e.g. 100mbit or 1gbit`}},
+		{"bps rate", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    rate: 10mbps\n",
+			[]string{`bad.yaml:5: links[0].rate: "10mbps" is ambiguous: tc reads bps as bytes per second; write bits: kbit, mbit, gbit`}},
+		{"rate unit", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    rate: 10furlongs\n",
+			[]string{`bad.yaml:5: links[0].rate: "10furlongs" has unknown unit "furlongs"; use bit, kbit, mbit, gbit or tbit`}},
+		{"loss too big", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    loss: 120%\n",
+			[]string{`bad.yaml:5: links[0].loss: "120%" is out of range; a percentage is from 0 to 100`}},
+		{"loss not a number", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    loss: some\n",
+			[]string{`bad.yaml:5: links[0].loss: "some" is not a percentage; write a number from 0 to 100, e.g. 1 or 0.5%`}},
+		{"bad mtu", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    mtu: 576\n",
+			[]string{`bad.yaml:5: links[0].mtu: "576" is not an MTU from 1280 (the IPv6 minimum) to 65535`}},
+		{"duplicate address", "name: x\nnodes: {a: {kind: router}, b: {}, c: {}}\nlinks:\n" +
+			"  - endpoints: [{node: a, ipv4: 198.18.5.1/24}, {node: b, ipv4: 198.18.5.2/24}]\n" +
+			"  - endpoints: [{node: a, ipv4: 198.18.5.1/24}, {node: c, ipv4: 198.18.5.3/24}]\n",
+			[]string{`bad.yaml:5: links[1].endpoints[0]: address 198.18.5.1 is already used by links[0].endpoints[0] (line 4)`}},
+		{"overlapping subnets", "name: x\nnodes: {a: {kind: router}, b: {}, c: {}}\nlinks:\n" +
+			"  - endpoints: [{node: a, ipv4: 198.18.5.1/24}, {node: b, ipv4: 198.18.5.2/24}]\n" +
+			"  - endpoints: [{node: a, ipv4: 198.18.5.9/25}, {node: c, ipv4: 198.18.5.10/25}]\n",
+			[]string{`bad.yaml:5: links[1].endpoints[0]: subnet 198.18.5.0/25 overlaps 198.18.5.0/24 of links[0]; give each link its own subnet`}},
+		{"one-sided address", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [{node: a, ipv6: 'fd00:9::1/64'}, b]\n",
+			[]string{`bad.yaml:4: links[0].endpoints: ipv6 is set on one endpoint only; set it on both (same subnet) or on neither to have it assigned`}},
+		{"address family", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [{node: a, ipv4: 'fd00::1/64'}, {node: b, ipv4: 'fd00::2/64'}]\n",
+			[]string{`bad.yaml:4: links[0].endpoints[0].ipv4: "fd00::1/64" is not an IPv4 address`, `bad.yaml:4: links[0].endpoints[1].ipv4: "fd00::2/64" is not an IPv4 address`}},
+		{"different subnets", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [{node: a, ipv4: 198.18.1.1/24}, {node: b, ipv4: 198.18.2.1/24}]\n",
+			[]string{`bad.yaml:4: links[0].endpoints: ipv4 addresses 198.18.1.1/24 and 198.18.2.1/24 are not in one subnet`}},
+		{"network address", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [{node: a, ipv4: 198.18.1.0/24}, {node: b, ipv4: 198.18.1.1/24}]\n",
+			[]string{`bad.yaml:4: links[0].endpoints[0].ipv4: "198.18.1.0/24" is the network address of its prefix; give an interface address, e.g. 198.18.1.1`}},
+		{"two endpoints", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a]\n",
+			[]string{`bad.yaml:4: links[0].endpoints: must list exactly two endpoints, e.g. [h1, r1] or [{node: h1, ipv4: 198.18.1.1/24}, …]`}},
+		{"missing endpoints", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - rate: 1gbit\n",
+			[]string{`bad.yaml:4: links[0].endpoints: missing; name the two nodes the link joins, e.g. endpoints: [h1, r1]`}},
+		{"jitter over delay", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    delay: 1ms\n    jitter: 5ms\n",
+			[]string{`bad.yaml:4: links[0].jitter: jitter 5ms is larger than delay 1ms; jitter varies the delay and cannot make it negative`}},
+		{"bad node name", "name: x\nnodes: {A_1: {}, b: {}}\nlinks: [{endpoints: [A_1, b]}]\n",
+			[]string{`bad.yaml:2: nodes.A_1: node name "A_1" must be 1-15 lowercase letters, digits or dashes, starting with a letter`}},
+		{"duplicate key", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    rate: 1gbit\n    rate: 2gbit\n",
+			[]string{`bad.yaml:6: links[0].rate: key "rate" given twice`}},
+		{"several at once", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    rate: 0mbit\n    loss: -1\n",
+			[]string{`bad.yaml:5: links[0].rate: "0mbit" is out of range; a rate is between 8kbit and 1tbit`,
+				`bad.yaml:6: links[0].loss: "-1" is out of range; a percentage is from 0 to 100`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("bad.yaml", []byte(c.yaml))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if got := err.Error(); got != strings.Join(c.want, "\n") {
+				t.Errorf("got:\n%s\nwant:\n%s", got, strings.Join(c.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestParseAssignsAddresses(t *testing.T) {
+	top, err := Parse("x.yaml", []byte(`
+nodes:
+  h1: {}
+  r1: {kind: router, env: {ROLE: core}}
+  h2: {}
+links:
+  - endpoints: [h1, r1]
+  - endpoints:
+      - {node: r1, ipv4: 198.18.0.1/24, ipv6: "fd00::1/64"}
+      - {node: h2, ipv4: 198.18.0.2/24, ipv6: "fd00::2/64"}
+    rate: 100mbit
+    loss: 0.5%
+    mtu: 9000
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if top.Name != "x" {
+		t.Errorf("name %q, want x (from the file name)", top.Name)
+	}
+	l0, l1 := top.Links[0], top.Links[1]
+	// The user's link took 198.18.0.0/24 and fd00::/64, so the auto link gets the next ones.
+	for _, c := range []struct {
+		got  netip.Prefix
+		want string
+	}{
+		{l0.A.IPv4, "198.18.1.1/24"}, {l0.B.IPv4, "198.18.1.2/24"},
+		{l0.A.IPv6, "fd00:0:0:1::1/64"}, {l0.B.IPv6, "fd00:0:0:1::2/64"},
+		{l1.A.IPv4, "198.18.0.1/24"},
+	} {
+		if c.got.String() != c.want {
+			t.Errorf("address %s, want %s", c.got, c.want)
+		}
+	}
+	if l1.Rate != 100e6 || l1.Loss != 0.5 || !l1.HasLoss || l1.MTU != 9000 || l0.MTU != DefaultMTU || l0.HasLoss {
+		t.Errorf("link properties: %+v", *l1)
+	}
+	r1 := top.Node("r1")
+	if r1.Kind != Router || r1.Env["ROLE"] != "core" || r1.Ifaces[0].Name != "eth0" || r1.Ifaces[1].Name != "eth1" {
+		t.Errorf("r1: %+v", *r1)
+	}
+	if r1.Ifaces[1].Peer().Node.Name != "h2" {
+		t.Errorf("peer of r1 eth1 is %s", r1.Ifaces[1].Peer().Node.Name)
+	}
+}
+
+func TestRoutesShortestPathThroughRoutersOnly(t *testing.T) {
+	// h1 — r1 — r2 — h2, plus a shortcut h1 — h3 — h2 through a host, which must not be used.
+	top, err := Parse("x.yaml", []byte(`
+name: x
+nodes: {h1: {}, r1: {kind: router}, r2: {kind: router}, h2: {}, h3: {}}
+links:
+  - endpoints: [h1, r1]
+  - endpoints: [r1, r2]
+  - endpoints: [r2, h2]
+  - endpoints: [h1, h3]
+  - endpoints: [h3, h2]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := map[string]Route{}
+	for _, r := range top.Routes(top.Node("h1")) {
+		routes[r.Dst.String()] = r
+	}
+	r := routes["198.18.2.0/24"] // r2 — h2
+	if r.Via.String() != "198.18.0.2" || r.Dev.Name != "eth0" || r.Hops != 1 {
+		t.Errorf("route to r2—h2: via %s dev %s hops %d, want via 198.18.0.2 dev eth0 hops 1", r.Via, r.Dev.Name, r.Hops)
+	}
+	if r6 := routes["fd00:0:0:2::/64"]; r6.Via.String() != "fd00::2" {
+		t.Errorf("IPv6 route via %s, want fd00::2", r6.Via)
+	}
+	// h3 — h2 is reachable through h3 (directly attached neighbour), not through h2 via routers.
+	if r := routes["198.18.4.0/24"]; r.Via.String() != "198.18.3.2" {
+		t.Errorf("route to h3—h2 via %s, want 198.18.3.2 (h3)", r.Via)
+	}
+	if len(top.Routes(top.Node("h1"))) != 2*3 {
+		t.Errorf("h1 has %d routes, want 6 (3 subnets × 2 families)", len(top.Routes(top.Node("h1"))))
+	}
+}
+
+func TestRates(t *testing.T) {
+	for in, want := range map[string]uint64{"1gbit": 1e9, "100Mbit": 1e8, "1.5mbit": 1.5e6, "500kbit/s": 5e5, "8000bit": 8000} {
+		got, err := ParseRate(in)
+		if err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for bps, want := range map[uint64]string{1e9: "1gbit", 1.5e6: "1500kbit", 2e5: "200kbit"} {
+		if got := FormatRate(bps); got != want {
+			t.Errorf("FormatRate(%d) = %s, want %s", bps, got, want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("name: x\nnodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b], rate: 1gbit, loss: 1}]\n"))
+	f.Add([]byte("nodes: {a: {kind: router}}\nlinks: [{endpoints: [{node: a, ipv4: 1.2.3.4/24}, a]}]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		top, err := Parse("f.yaml", data)
+		if err != nil {
+			return
+		}
+		for _, n := range top.Nodes {
+			top.Routes(n) // must not panic on any accepted topology
+		}
+	})
+}

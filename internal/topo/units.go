@@ -1,0 +1,77 @@
+package topo
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+var rateRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([a-z]*(?:/s)?)$`)
+
+var rateUnits = map[string]float64{"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
+
+// ParseRate reads a rate in tc's bit units: 500kbit, 100mbit, 1gbit.
+func ParseRate(s string) (uint64, error) {
+	m := rateRE.FindStringSubmatch(strings.ToLower(strings.TrimSpace(s)))
+	if m == nil {
+		return 0, fmt.Errorf("%q is not a rate; write a number and a unit, e.g. 100mbit or 1gbit", s)
+	}
+	unit := strings.TrimSuffix(m[2], "/s")
+	if strings.HasSuffix(unit, "bps") {
+		return 0, fmt.Errorf("%q is ambiguous: tc reads bps as bytes per second; write bits: kbit, mbit, gbit", s)
+	}
+	mult, ok := rateUnits[unit]
+	if !ok {
+		return 0, fmt.Errorf("%q has unknown unit %q; use bit, kbit, mbit, gbit or tbit", s, m[2])
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	bits := v * mult
+	if bits < 8000 || bits > 1e12 {
+		return 0, fmt.Errorf("%q is out of range; a rate is between 8kbit and 1tbit", s)
+	}
+	return uint64(math.Round(bits)), nil
+}
+
+// FormatRate writes bits per second the way tc does.
+func FormatRate(bps uint64) string {
+	for _, u := range []struct {
+		name string
+		mult uint64
+	}{{"tbit", 1e12}, {"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}} {
+		if bps >= u.mult && bps%u.mult == 0 {
+			return fmt.Sprintf("%d%s", bps/u.mult, u.name)
+		}
+	}
+	if bps >= 1e6 {
+		return fmt.Sprintf("%.3gmbit", float64(bps)/1e6)
+	}
+	return fmt.Sprintf("%dbit", bps)
+}
+
+// ParsePercent reads a probability in percent: 1, 0.5 or 2%.
+func ParsePercent(s string) (float64, error) {
+	t := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), "%"))
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%q is not a percentage; write a number from 0 to 100, e.g. 1 or 0.5%%", s)
+	}
+	if v < 0 || v > 100 {
+		return 0, fmt.Errorf("%q is out of range; a percentage is from 0 to 100", s)
+	}
+	return v, nil
+}
+
+// parseDelay reads a one-way delay such as 10ms, at most 10s.
+func parseDelay(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration; write e.g. 10ms or 1.5ms", s)
+	}
+	if d < 0 || d > 10*time.Second {
+		return 0, fmt.Errorf("%q is out of range; a delay is from 0 to 10s", s)
+	}
+	return d, nil
+}

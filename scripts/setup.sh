@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what flowplane needs on Debian 12 and is a no-op when everything is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=(
+	clang llvm libbpf-dev bpftool clang-format   # BPF build and lint
+	iproute2 iputils-ping ethtool                # lab plumbing
+	iperf3 tcpdump tshark hping3 jq              # traffic, capture, demo
+	conntrack nftables                           # nf_conntrack reference
+	python3-venv                                 # analytics
+)
+missing=()
+for p in "${apt_packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	echo "setup: installing ${missing[*]}"
+	if [[ $EUID -ne 0 ]]; then
+		echo "setup: installing packages needs root (sudo make setup)" >&2
+		exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null; then
+	echo "setup: Go is missing; install Go 1.21 or newer (it fetches the toolchain go.mod asks for)" >&2
+	exit 1
+fi
+go mod download
