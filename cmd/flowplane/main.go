@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -32,6 +33,10 @@ func main() {
 	root.AddCommand(lab.Command())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "flowplane: %v\n", err)
-		os.Exit(cli.ExitCode(err))
+		code := cli.ExitCode(err)
+		if strings.HasPrefix(err.Error(), "unknown command") { // cobra's, not typed
+			code = 2
+		}
+		os.Exit(code)
 	}
 }

@@ -135,8 +135,8 @@ func (l *Lab) create() error {
 	return nil
 }
 
-// Down removes every kernel object of the lab: its namespaces (and with them veths, qdiscs and
-// BPF attachments), its pins and its record. It also cleans up after a lab that died half-way.
+// Down removes every kernel object of the lab: the processes running on its nodes, its
+// namespaces (and with them veths, qdiscs and BPF attachments), its pins and its record. It also cleans up after a lab that died half-way.
 func Down(name string) error {
 	if err := topo.ValidName(name); err != nil {
 		return err
@@ -150,6 +150,9 @@ func Down(name string) error {
 	for _, ns := range nss {
 		if labOfNetns(ns) == name {
 			found = true
+			if err := nsrun.Kill(ns); err != nil {
+				errs = append(errs, err)
+			}
 			if err := nsrun.Delete(ns); err != nil {
 				errs = append(errs, err)
 			}

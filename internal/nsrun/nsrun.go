@@ -8,33 +8,53 @@ package nsrun
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
+	"time"
 
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Path is where a named namespace is bound.
 func Path(name string) string { return "/run/netns/" + name }
 
-// Do runs fn on an OS thread inside namespace ns. The thread is thrown away when fn returns
-// (the goroutine exits still locked), so nothing else ever runs in the namespace by mistake.
-// Sockets and links fn creates stay in ns; goroutines fn starts do not.
+// Do runs fn on an OS thread inside namespace ns, on a goroutine of its own. Afterwards the
+// thread returns to its namespace; if it cannot, it stays locked and the runtime ends it with
+// the goroutine, so nothing else ever runs in ns by mistake. Sockets and links fn creates stay
+// in ns; goroutines fn starts do not.
 func Do(ns string, fn func() error) error {
+	h, err := netns.GetFromPath(Path(ns))
+	if err != nil {
+		return fmt.Errorf("open network namespace %s: %w", ns, err)
+	}
+	defer h.Close()
+	return onThread(func() error {
+		if err := netns.Set(h); err != nil {
+			return fmt.Errorf("enter network namespace %s: %w", ns, err)
+		}
+		return fn()
+	})
+}
+
+// onThread runs fn on a locked OS thread and puts the thread back in its original network
+// namespace afterwards.
+func onThread(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the runtime ends the thread with the goroutine
-		h, err := netns.GetFromPath(Path(ns))
+		runtime.LockOSThread()
+		orig, err := netns.Get()
 		if err != nil {
-			errc <- fmt.Errorf("open network namespace %s: %w", ns, err)
-			return
+			errc <- fmt.Errorf("open current network namespace: %w", err)
+			return // still locked: the thread is discarded
 		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			errc <- fmt.Errorf("enter network namespace %s: %w", ns, err)
-			return
-		}
+		defer orig.Close()
 		errc <- fn()
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
 	}()
 	return <-errc
 }
@@ -63,21 +83,15 @@ func Output(ns string, cmd *exec.Cmd) ([]byte, error) {
 	return out, err
 }
 
-// Create makes a named network namespace (as `ip netns add` does) without moving any thread
-// that keeps running: the unshare happens on a thread that is thrown away afterwards.
+// Create makes a named network namespace, as `ip netns add` does.
 func Create(name string) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: this thread ends up inside the new namespace
-		h, err := netns.NewNamed(name)
+	return onThread(func() error {
+		h, err := netns.NewNamed(name) // unshares the calling thread into it
 		if err != nil {
-			errc <- fmt.Errorf("create network namespace %s: %w", name, err)
-			return
+			return fmt.Errorf("create network namespace %s: %w", name, err)
 		}
-		h.Close()
-		errc <- nil
-	}()
-	return <-errc
+		return h.Close()
+	})
 }
 
 // Delete removes a named network namespace. The kernel frees it, and the veths in it, once no
@@ -87,4 +101,41 @@ func Delete(name string) error {
 		return fmt.Errorf("delete network namespace %s: %w", name, err)
 	}
 	return nil
+}
+
+// Kill ends every process inside namespace ns: SIGTERM, and SIGKILL for those still there after
+// two seconds. A namespace with processes in it outlives its name, and its interfaces with it.
+func Kill(ns string) error {
+	var target unix.Stat_t
+	if err := unix.Stat(Path(ns), &target); err != nil {
+		return fmt.Errorf("stat network namespace %s: %w", ns, err)
+	}
+	pids := func() []int {
+		var pids []int
+		dirs, _ := os.ReadDir("/proc")
+		for _, d := range dirs {
+			pid, err := strconv.Atoi(d.Name())
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) == nil && st.Ino == target.Ino && st.Dev == target.Dev {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}
+	for _, sig := range []unix.Signal{unix.SIGTERM, unix.SIGKILL} {
+		left := pids()
+		for _, pid := range left {
+			_ = unix.Kill(pid, sig)
+		}
+		for deadline := time.Now().Add(2 * time.Second); len(left) > 0 && time.Now().Before(deadline); left = pids() {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if len(left) == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("processes %v in network namespace %s survive SIGKILL", pids(), ns)
 }

@@ -227,25 +227,20 @@ func (b *Builder) serialize(withEth bool) []byte {
 	}
 	out := buf.Bytes()
 	if b.badSum {
-		out[len(out)-len(b.payload)-len(b.l4body)-l4HeaderLen(b.l4)+l4ChecksumOffset(b.l4)] ^= 0xff
+		// Count from the front: short frames carry Ethernet padding at the end.
+		off := 20
+		if withEth {
+			off += 14
+		}
+		if b.ip6 != nil {
+			off = off - 20 + 40
+			for _, e := range b.extra {
+				off += (2 + len(e.body) + 7) &^ 7
+			}
+		}
+		out[off+l4ChecksumOffset(b.l4)] ^= 0xff
 	}
 	return out
-}
-
-// l4HeaderLen is the length of what gopacket writes for the transport layer itself.
-func l4HeaderLen(l gopacket.SerializableLayer) int {
-	switch t := l.(type) {
-	case *layers.TCP:
-		n := 0
-		for _, o := range t.Options {
-			n += int(o.OptionLength)
-		}
-		return 20 + (n+3)&^3
-	case *layers.ICMPv6:
-		return 4
-	default: // UDP, ICMPv4
-		return 8
-	}
 }
 
 func l4ChecksumOffset(l gopacket.SerializableLayer) int {

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flowplane/flowplane/internal/lab"
+	"github.com/flowplane/flowplane/internal/testenv"
+)
+
+// The test binary doubles as flowplane: run with FLOWPLANE_MAIN=1 it is the command itself, so
+// these tests check exit codes and output of the real CLI.
+func TestMain(m *testing.M) {
+	if os.Getenv("FLOWPLANE_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func flowplane(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "FLOWPLANE_MAIN=1")
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func TestUsageErrorsExit2(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    rate: fast\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"lab", "up", bad}, bad + `:5: links[0].rate: "fast" is not a rate`},
+		{[]string{"lab", "up", filepath.Join(dir, "missing.yaml")}, "no such file or directory"},
+		{[]string{"lab", "up"}, "flowplane lab up takes 1 argument(s), got 0"},
+		{[]string{"lab", "down"}, "give a lab name or --all"},
+		{[]string{"lab", "status", "nosuchlab"}, `lab "nosuchlab": no such lab`},
+		{[]string{"lab", "up", "--bogus", bad}, "unknown flag: --bogus"},
+		{[]string{"nosuch"}, `unknown command "nosuch"`},
+	} {
+		_, stderr, code := flowplane(t, c.args...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("flowplane %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(c.args, " "), code, stderr, c.want)
+		}
+	}
+}
+
+func TestLabLifecycle(t *testing.T) {
+	testenv.Privileged(t)
+	name := "c" + testenv.Name("")[2:]
+	file := filepath.Join(t.TempDir(), "lab.yaml")
+	if err := os.WriteFile(file, []byte("nodes: {h1: {env: {X: y}}, r1: {kind: router}, h2: {}}\nlinks:\n  - endpoints: [h1, r1]\n  - endpoints: [r1, h2]\n    loss: 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := flowplane(t, "lab", "up", "--name", name, file); code != 0 {
+		t.Fatalf("lab up: exit %d: %s", code, stderr)
+	}
+	t.Cleanup(func() { _ = lab.Down(name) })
+	if _, stderr, code := flowplane(t, "lab", "up", "--name", name, file); code != 2 || !strings.Contains(stderr, "a lab of that name is running") {
+		t.Errorf("second up: exit %d: %s", code, stderr)
+	}
+	out, _, code := flowplane(t, "lab", "ls")
+	if code != 0 || !strings.Contains(out, name) {
+		t.Errorf("lab ls: exit %d:\n%s", code, out)
+	}
+	out, _, code = flowplane(t, "lab", "status", name, "--json")
+	var st lab.Status
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
+		t.Fatalf("status --json: exit %d, %v:\n%s", code, err, out)
+	}
+	if len(st.Nodes) != 3 || st.Nodes[2].Ifaces[0].Loss == nil || !st.Nodes[0].Ifaces[0].Up {
+		t.Errorf("status: %+v", st)
+	}
+	if out, _, _ := flowplane(t, "lab", "status", name); !strings.Contains(out, "r1:eth1 — h2:eth0") {
+		t.Errorf("status text:\n%s", out)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"h1", "--", "sh", "-c", "echo $X $FP_NODE; exit 7"}, 7, "y h1\n"},
+		{[]string{"h2", "--", "ping", "-c1", "-W2", "198.18.0.1"}, 0, "1 received"},
+		{[]string{"h1", "--", "/nonexistent"}, 127, ""},
+		{[]string{"nosuch", "--", "true"}, 2, ""},
+	} {
+		out, stderr, code := flowplane(t, append([]string{"lab", "exec", name}, c.args...)...)
+		if code != c.code || !strings.Contains(out, c.out) {
+			t.Errorf("lab exec %s: exit %d (want %d), out %q (want %q), stderr %q", strings.Join(c.args, " "), code, c.code, out, c.out, stderr)
+		}
+	}
+	if _, stderr, code := flowplane(t, "lab", "down", name); code != 0 {
+		t.Errorf("lab down: exit %d: %s", code, stderr)
+	}
+	if _, _, code := flowplane(t, "lab", "down", name); code != 2 {
+		t.Errorf("second down: exit %d, want 2", code)
+	}
+}

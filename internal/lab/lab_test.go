@@ -1,0 +1,214 @@
+package lab_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/flowplane/flowplane/internal/lab"
+	"github.com/flowplane/flowplane/internal/lab/labtest"
+	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/testenv"
+)
+
+const threeNodes = `
+nodes:
+  h1: {env: {GREETING: hello}}
+  r1: {kind: router}
+  h2: {}
+links:
+  - endpoints: [h1, r1]
+  - endpoints: [r1, h2]
+`
+
+func TestThreeNodeLabPingAndIperf(t *testing.T) {
+	l := labtest.Up(t, threeNodes)
+	for _, fam := range []string{"4", "6"} {
+		dst := labtest.Addr(t, l, "h2", fam)
+		out := labtest.Run(t, l, "h1", "ping", "-"+fam, "-c", "3", "-i", "0.2", "-W", "2", dst)
+		if !strings.Contains(out, " 0% packet loss") {
+			t.Errorf("ping -%s %s: %s", fam, dst, out)
+		}
+		// TTL 63: one router on the way.
+		if fam == "4" && !strings.Contains(out, "ttl=63") {
+			t.Errorf("ping crossed no router? %s", out)
+		}
+		r := labtest.Iperf(t, l, "h1", "h2", dst, "-t", "2")
+		t.Logf("iperf3 IPv%s h1→h2: %.0f Mbit/s, %d retransmits", fam, r.ReceivedBPS/1e6, r.Retransmits)
+		if r.ReceivedBPS <= 0 {
+			t.Errorf("iperf3 IPv%s moved no data", fam)
+		}
+	}
+	if out := labtest.Run(t, l, "h1", "sh", "-c", `echo "$GREETING $FP_NODE $FP_LAB"`); out != "hello h1 "+l.Name()+"\n" {
+		t.Errorf("node environment: %q", out)
+	}
+	if out := labtest.Run(t, l, "r1", "cat", "/proc/sys/net/ipv4/ip_forward"); out != "1\n" {
+		t.Errorf("r1 does not forward: %q", out)
+	}
+	if out := labtest.Run(t, l, "h1", "cat", "/proc/sys/net/ipv4/ip_forward"); out != "0\n" {
+		t.Errorf("h1 forwards: %q", out)
+	}
+}
+
+func TestRateIsShapedByHTB(t *testing.T) {
+	l := labtest.Up(t, `
+nodes: {h1: {}, h2: {}}
+links:
+  - endpoints: [h1, h2]
+    rate: 40mbit
+`)
+	r := labtest.Iperf(t, l, "h1", "h2", labtest.Addr(t, l, "h2", "4"), "-t", "4", "-O", "1")
+	ratio := r.ReceivedBPS / 40e6
+	t.Logf("goodput %.2f Mbit/s = %.3f × the 40mbit rate", r.ReceivedBPS/1e6, ratio)
+	if ratio < 0.9 || ratio > 1.1 {
+		t.Errorf("goodput %.2f Mbit/s is not within ±10%% of 40 Mbit/s", r.ReceivedBPS/1e6)
+	}
+}
+
+func TestLossProbability(t *testing.T) {
+	const percent = 10.0
+	l := labtest.Up(t, `
+nodes: {h1: {}, h2: {}}
+links:
+  - endpoints: [h1, h2]
+    loss: 10%
+`)
+	// 120,000 small UDP datagrams h1 → h2.
+	res := labtest.Iperf(t, l, "h1", "h2", labtest.Addr(t, l, "h2", "4"), "-u", "-b", "100M", "-l", "64", "-k", "120000")
+	h1 := l.Topology.Node("h1").Ifaces[0]
+	c, ok, err := l.ReadLoss(h1)
+	if err != nil || !ok {
+		t.Fatalf("read loss counters: ok=%v err=%v", ok, err)
+	}
+	total := c.Passed + c.Dropped
+	got := 100 * float64(c.Dropped) / float64(total)
+	t.Logf("loss program: %d of %d packets dropped = %.3f%% (configured %g%%); iperf3 saw %.3f%% lost", c.Dropped, total, got, percent, res.LostPercent)
+	if total < 100000 {
+		t.Fatalf("only %d packets crossed the loss program, want ≥ 100k", total)
+	}
+	if got < percent*0.85 || got > percent*1.15 {
+		t.Errorf("measured loss %.3f%% is not within ±15%% of %g%%", got, percent)
+	}
+	// What the program passed is what h2 received.
+	st, err := l.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx := st.Nodes[1].Ifaces[0].RxPackets
+	if rx > c.Passed || float64(rx) < 0.98*float64(c.Passed) {
+		t.Errorf("h2 received %d packets, the loss program passed %d", rx, c.Passed)
+	}
+}
+
+func TestUpRefusesNameInUse(t *testing.T) {
+	l := labtest.Up(t, threeNodes)
+	top, err := lab.Parse("again.yaml", []byte(threeNodes), l.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lab.Up("again.yaml", []byte(threeNodes), top); !errors.Is(err, lab.ErrExists) {
+		t.Fatalf("second up of %s: %v, want ErrExists", l.Name(), err)
+	}
+}
+
+func TestDownLeavesNothingBehind(t *testing.T) {
+	testenv.Privileged(t)
+	name := "d" + testenv.Name("")[2:]
+	yaml := threeNodes + "    loss: 1%\n    rate: 100mbit\n"
+	top, err := lab.Parse("down.yaml", []byte(yaml), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := lab.Up("down.yaml", []byte(yaml), top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pin.Path("lab", name)); err != nil {
+		t.Fatalf("lab pinned nothing: %v", err)
+	}
+	// A process left running on a node would keep its namespace, and the veths, alive.
+	sleeper, err := l.Command(context.Background(), "h1", "sleep", "600")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.Down(name); err != nil {
+		t.Fatal(err)
+	}
+	if err := sleeper.Wait(); err == nil {
+		t.Error("the process on h1 survived lab down")
+	}
+	assertGone(t, name)
+	if err := lab.Down(name); !errors.Is(err, lab.ErrNotFound) {
+		t.Errorf("second down: %v, want ErrNotFound", err)
+	}
+}
+
+// TestFailedUpRollsBack makes the last step of Up fail (a pin is already where the last loss
+// program wants to pin its link) and checks Up removed everything it had made.
+func TestFailedUpRollsBack(t *testing.T) {
+	testenv.Privileged(t)
+	name := "r" + testenv.Name("")[2:]
+	yaml := threeNodes + "    loss: 1%\n"
+	top, err := lab.Parse("rollback.yaml", []byte(yaml), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := pin.Dir("lab", name, "h2", "eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pin.Remove("lab", name) })
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Pin(filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = lab.Up("rollback.yaml", []byte(yaml), top)
+	if err == nil {
+		_ = lab.Down(name)
+		t.Fatal("up succeeded despite the blocked pin")
+	}
+	t.Logf("up failed as arranged: %v", err)
+	if !strings.Contains(err.Error(), "rolled back") {
+		t.Errorf("error does not say it rolled back: %v", err)
+	}
+	assertGone(t, name)
+}
+
+func assertGone(t *testing.T, name string) {
+	t.Helper()
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), lab.Netns(name, "")) {
+			t.Errorf("namespace %s is left", e.Name())
+		}
+	}
+	if _, err := os.Stat(pin.Path("lab", name)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pins under %s are left (%v)", pin.Path("lab", name), err)
+	}
+	if names, _ := lab.Names(); slices.Contains(names, name) {
+		t.Errorf("lab %s is still listed", name)
+	}
+	// The veths lived only in the lab's namespaces; none may have leaked into the host's.
+	data, err := os.ReadFile("/proc/net/dev") // the test process runs in the host's namespace
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(data)
+	if strings.Contains(out, lab.IfName(name, "")) {
+		t.Errorf("host namespace has lab interfaces:\n%s", out)
+	}
+}
+
