@@ -217,4 +217,3 @@ type execError struct{ err error }
 func (e *execError) Error() string { return e.err.Error() }
 func (e *execError) Unwrap() error { return e.err }
 func (e *execError) ExitCode() int { return 127 }
-

@@ -196,4 +196,3 @@ func (l *Lab) Node(name string) (*topo.Node, error) {
 	}
 	return nil, fmt.Errorf("lab %s has no node %q; nodes: %s", l.Name(), name, strings.Join(names, ", "))
 }
-

@@ -211,4 +211,3 @@ func assertGone(t *testing.T, name string) {
 		t.Errorf("host namespace has lab interfaces:\n%s", out)
 	}
 }
-
