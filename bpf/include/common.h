@@ -10,15 +10,15 @@
 #include <bpf/bpf_core_read.h>
 
 #define TC_ACT_UNSPEC (-1)
-#define TC_ACT_OK 0
-#define TC_ACT_SHOT 2
+#define TC_ACT_OK     0
+#define TC_ACT_SHOT   2
 
-#define ETH_P_IP 0x0800
-#define ETH_P_IPV6 0x86DD
-#define ETH_P_ARP 0x0806
-#define ETH_P_8021Q 0x8100
+#define ETH_P_IP     0x0800
+#define ETH_P_IPV6   0x86DD
+#define ETH_P_ARP    0x0806
+#define ETH_P_8021Q  0x8100
 #define ETH_P_8021AD 0x88A8
-#define ETH_ALEN 6
+#define ETH_ALEN     6
 
 #define IPPROTO_ICMPV6_ 58 /* vmlinux.h has IPPROTO_* for v4 protocols only */
 

@@ -16,7 +16,7 @@ static __always_inline __u16 csum_fold(__u32 sum)
  * new (both network order): HC' = ~(~HC + ~m + m') (RFC 1624 eqn. 3). */
 static __always_inline void csum_replace2(__sum16 *csum, __be16 old, __be16 new)
 {
-	__u32 sum = (__u16)~*csum;
+	__u32 sum = (__u16) ~*csum;
 
 	sum += (__u16)~old;
 	sum += new;

@@ -7,17 +7,17 @@
 
 #include "common.h"
 
-#define FP_VLAN_MAX 2	   /* 802.1ad + 802.1Q */
-#define FP_IPV6_EXT_MAX 6  /* extension headers skipped before giving up */
+#define FP_VLAN_MAX	2 /* 802.1ad + 802.1Q */
+#define FP_IPV6_EXT_MAX 6 /* extension headers skipped before giving up */
 
-#define NEXTHDR_HOP 0
-#define NEXTHDR_ROUTING 43
+#define NEXTHDR_HOP	 0
+#define NEXTHDR_ROUTING	 43
 #define NEXTHDR_FRAGMENT 44
-#define NEXTHDR_AUTH 51
-#define NEXTHDR_DEST 60
-#define NEXTHDR_NONE 59
+#define NEXTHDR_AUTH	 51
+#define NEXTHDR_DEST	 60
+#define NEXTHDR_NONE	 59
 
-#define IP_MF 0x2000
+#define IP_MF	  0x2000
 #define IP_OFFSET 0x1FFF
 
 struct hdr_cursor {
@@ -25,7 +25,7 @@ struct hdr_cursor {
 	void *end;
 };
 
-struct vlan_hdr {
+struct fp_vlan_hdr { /* vmlinux.h has its own struct vlan_hdr */
 	__be16 tci;
 	__be16 encap_proto;
 };
@@ -43,7 +43,7 @@ static __always_inline int parse_ethhdr(struct hdr_cursor *c, struct ethhdr **et
 	proto = eth->h_proto;
 #pragma unroll
 	for (int i = 0; i < FP_VLAN_MAX; i++) {
-		struct vlan_hdr *vh = c->pos;
+		struct fp_vlan_hdr *vh = c->pos;
 
 		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
 			break;
