@@ -21,8 +21,16 @@ func Dir(parts ...string) (string, error) {
 	if err := ensureBPFFS(); err != nil {
 		return "", err
 	}
-	dir := filepath.Join(append([]string{Root}, parts...)...)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	dir := Path(parts...)
+	var err error
+	// Remove drops empty parents, so another process's Remove can take a parent away half-way
+	// through MkdirAll: try again.
+	for range 3 {
+		if err = os.MkdirAll(dir, 0o700); !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+	}
+	if err != nil {
 		return "", fmt.Errorf("create pin directory: %w", err)
 	}
 	return dir, nil
