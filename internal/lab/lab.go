@@ -37,37 +37,14 @@ var ErrExists = errors.New("a lab of that name is running")
 // Parse reads a topology and checks it can run in the kernel lab. name, if set, overrides the
 // file's. Errors are topo.Errors: every problem, with its line.
 func Parse(file string, data []byte, name string) (*topo.Topology, error) {
-	t, err := topo.Parse(file, data)
+	t, err := topo.ParseNamed(file, data, name)
 	if err != nil {
-		var errs topo.Errors
-		// A name from the command line may fix a missing one; report everything else.
-		if name == "" || !errors.As(err, &errs) || !onlyName(errs) {
-			return nil, err
-		}
-		t, err = topo.Parse(file, append([]byte("name: "+name+"\n"), data...))
-		if err != nil {
-			return nil, err
-		}
-	}
-	if name != "" {
-		if err := topo.ValidName(name); err != nil {
-			return nil, topo.Errors{{File: file, Field: "--name", Msg: err.Error()}}
-		}
-		t.Name = name
+		return nil, err
 	}
 	if errs := check(t); len(errs) > 0 {
 		return nil, errs
 	}
 	return t, nil
-}
-
-func onlyName(errs topo.Errors) bool {
-	for _, e := range errs {
-		if e.Field != "name" {
-			return false
-		}
-	}
-	return true
 }
 
 // check rejects what the kernel dataplane cannot do here, saying what can.

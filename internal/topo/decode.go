@@ -51,17 +51,17 @@ type spec struct {
 
 func decode(file string, data []byte) (*spec, Errors) {
 	el := &errorList{file: file}
+	s := &spec{}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		// yaml.v3 messages read "yaml: line N: …"; keep them, minus the library prefix.
 		el.add(0, "", "not valid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
-		return nil, el.errs
+		return s, el.errs
 	}
 	if len(doc.Content) == 0 {
 		el.add(0, "", "the file is empty; a topology needs nodes and links (see docs/lab.md)")
-		return nil, el.errs
+		return s, el.errs
 	}
-	s := &spec{}
 	root := doc.Content[0]
 	eachKey(el, root, "", []string{"name", "nodes", "links"}, func(key string, v *yaml.Node) {
 		switch key {

@@ -99,7 +99,18 @@ func Load(path string) (*Topology, error) {
 
 // Parse validates a topology held in memory; file is used in messages and as the default name.
 func Parse(file string, data []byte) (*Topology, error) {
+	return ParseNamed(file, data, "")
+}
+
+// ParseNamed is Parse with the name given by the caller (a --name flag) instead of the file's.
+func ParseNamed(file string, data []byte, name string) (*Topology, error) {
 	spec, errs := decode(file, data)
+	if name != "" {
+		if err := ValidName(name); err != nil {
+			errs = append(errs, Error{File: file, Field: "--name", Msg: err.Error()})
+		}
+		spec.name, spec.nameLine = name, -1
+	}
 	if len(errs) > 0 {
 		return nil, errs
 	}

@@ -192,3 +192,21 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestParseNamed(t *testing.T) {
+	data := []byte("nodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b], rate: x}]\n")
+	_, err := ParseNamed("My File.yaml", data, "Bad-Name")
+	want := "My File.yaml:2: links[0].rate: \"x\" is not a rate; write a number and a unit, e.g. 100mbit or 1gbit\n" +
+		"My File.yaml: --name: topology name \"Bad-Name\" must be 1-12 lowercase letters and digits, starting with a letter"
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+	top, err := ParseNamed("My File.yaml", []byte("nodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b]}]\n"), "good")
+	if err != nil || top.Name != "good" {
+		t.Errorf("ParseNamed: %v, name %v", err, top)
+	}
+	if _, err := Parse("My File.yaml", []byte("nodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b]}]\n")); err == nil ||
+		err.Error() != `My File.yaml: name: topology name "My File" must be 1-12 lowercase letters and digits, starting with a letter; add a name: key` {
+		t.Errorf("file name as lab name: %v", err)
+	}
+}
