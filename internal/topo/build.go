@@ -3,6 +3,8 @@ package topo
 import (
 	"fmt"
 	"net/netip"
+
+	"github.com/flowplane/flowplane/internal/config"
 )
 
 // Auto-assigned addresses: link i gets the i-th free /24 of 198.18.0.0/15 (RFC 2544 benchmarking
@@ -13,15 +15,15 @@ var (
 )
 
 func build(file string, s *spec) (*Topology, error) {
-	el := &errorList{file: file}
+	el := &config.Collector{File: file}
 	t := &Topology{Name: s.name, File: file}
 	if err := ValidName(s.name); err != nil && s.nameLine == 0 {
-		el.add(0, "name", "%v; add a name: key", err)
+		el.Add(0, "name", "%v; add a name: key", err)
 	}
 	byName := map[string]*Node{}
 	for _, ns := range s.nodes {
 		if _, dup := byName[ns.name]; dup {
-			el.add(ns.line, "nodes."+ns.name, "node %q defined twice", ns.name)
+			el.Add(ns.line, "nodes."+ns.name, "node %q defined twice", ns.name)
 			continue
 		}
 		n := &Node{Name: ns.name, Kind: ns.kind, Env: ns.env}
@@ -41,12 +43,12 @@ func build(file string, s *spec) (*Topology, error) {
 		ok := true
 		for j, e := range ls.ends {
 			if byName[e.node] == nil {
-				el.add(e.line, fmt.Sprintf("%s[%d]", field, j), "unknown node %q; nodes are: %s", e.node, nodeNames(t))
+				el.Add(e.line, fmt.Sprintf("%s[%d]", field, j), "unknown node %q; nodes are: %s", e.node, nodeNames(t))
 				ok = false
 			}
 		}
 		if ok && ls.ends[0].node == ls.ends[1].node {
-			el.add(ls.line, field, "both endpoints are %q; a link joins two different nodes", ls.ends[0].node)
+			el.Add(ls.line, field, "both endpoints are %q; a link joins two different nodes", ls.ends[0].node)
 			ok = false
 		}
 		if !ok {
@@ -63,18 +65,18 @@ func build(file string, s *spec) (*Topology, error) {
 		t.Links = append(t.Links, l)
 	}
 	checkUnique(el, t, s)
-	if len(el.errs) > 0 {
-		return nil, el.errs
+	if len(el.Errs) > 0 {
+		return nil, el.Errs
 	}
 	if err := assignAddrs(t); err != nil {
-		el.add(0, "links", "%v", err)
-		return nil, el.errs
+		el.Add(0, "links", "%v", err)
+		return nil, el.Errs
 	}
 	return t, nil
 }
 
 // checkLinkAddrs checks that a family is given on both endpoints or neither, in one subnet.
-func checkLinkAddrs(el *errorList, field string, ls linkSpec) {
+func checkLinkAddrs(el *config.Collector, field string, ls linkSpec) {
 	a, b := ls.ends[0], ls.ends[1]
 	for _, fam := range []struct {
 		name string
@@ -82,16 +84,16 @@ func checkLinkAddrs(el *errorList, field string, ls linkSpec) {
 	}{{"ipv4", a.ipv4, b.ipv4}, {"ipv6", a.ipv6, b.ipv6}} {
 		switch {
 		case fam.a.IsValid() != fam.b.IsValid():
-			el.add(ls.line, field, "%s is set on one endpoint only; set it on both (same subnet) or on neither to have it assigned", fam.name)
+			el.Add(ls.line, field, "%s is set on one endpoint only; set it on both (same subnet) or on neither to have it assigned", fam.name)
 		case fam.a.IsValid() && fam.a.Masked() != fam.b.Masked():
-			el.add(ls.line, field, "%s addresses %s and %s are not in one subnet", fam.name, fam.a, fam.b)
+			el.Add(ls.line, field, "%s addresses %s and %s are not in one subnet", fam.name, fam.a, fam.b)
 		}
 	}
 }
 
 // checkUnique rejects an address used twice and links whose subnets overlap (routing would be
 // ambiguous).
-func checkUnique(el *errorList, t *Topology, s *spec) {
+func checkUnique(el *config.Collector, t *Topology, s *spec) {
 	type use struct {
 		line int
 		what string
@@ -112,7 +114,7 @@ func checkUnique(el *errorList, t *Topology, s *spec) {
 				}
 				what := fmt.Sprintf("links[%d].endpoints[%d]", i, j)
 				if prev, dup := addrs[p.Addr()]; dup {
-					el.add(e.line, what, "address %s is already used by %s (line %d)", p.Addr(), prev.what, prev.line)
+					el.Add(e.line, what, "address %s is already used by %s (line %d)", p.Addr(), prev.what, prev.line)
 					continue
 				}
 				addrs[p.Addr()] = use{e.line, what}
@@ -121,7 +123,7 @@ func checkUnique(el *errorList, t *Topology, s *spec) {
 				}
 				for _, sn := range subnets {
 					if sn.p.Overlaps(p.Masked()) && sn.link != i {
-						el.add(e.line, what, "subnet %s overlaps %s of links[%d]; give each link its own subnet", p.Masked(), sn.p, sn.link)
+						el.Add(e.line, what, "subnet %s overlaps %s of links[%d]; give each link its own subnet", p.Masked(), sn.p, sn.link)
 					}
 				}
 				subnets = append(subnets, struct {

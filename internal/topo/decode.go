@@ -3,13 +3,13 @@ package topo
 import (
 	"fmt"
 	"net/netip"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/flowplane/flowplane/internal/config"
 )
 
 // The decoder walks yaml.v3's node tree rather than unmarshalling into structs so that every
@@ -49,26 +49,19 @@ type spec struct {
 	links    []linkSpec
 }
 
-func decode(file string, data []byte) (*spec, Errors) {
-	el := &errorList{file: file}
+func decode(file string, data []byte) (*spec, config.Errors) {
+	el := &config.Collector{File: file}
 	s := &spec{}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		// yaml.v3 messages read "yaml: line N: …"; keep them, minus the library prefix.
-		el.add(0, "", "not valid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
-		return s, el.errs
+	root := el.Root(data, "a topology needs nodes and links (see docs/lab.md)")
+	if root == nil {
+		return s, el.Errs
 	}
-	if len(doc.Content) == 0 {
-		el.add(0, "", "the file is empty; a topology needs nodes and links (see docs/lab.md)")
-		return s, el.errs
-	}
-	root := doc.Content[0]
-	eachKey(el, root, "", []string{"name", "nodes", "links"}, func(key string, v *yaml.Node) {
+	el.EachKey(root, "", []string{"name", "nodes", "links"}, func(key string, v *yaml.Node) {
 		switch key {
 		case "name":
-			if str, ok := scalar(el, v, "name"); ok {
+			if str, ok := el.Scalar(v, "name"); ok {
 				if err := ValidName(str); err != nil {
-					el.add(v.Line, "name", "%v", err)
+					el.Add(v.Line, "name", "%v", err)
 				}
 				s.name, s.nameLine = str, v.Line
 			}
@@ -79,19 +72,19 @@ func decode(file string, data []byte) (*spec, Errors) {
 		}
 	})
 	if root.Kind == yaml.MappingNode {
-		if s.nodes == nil && !hasKey(root, "nodes") {
-			el.add(root.Line, "nodes", "missing; list the hosts and routers, e.g. nodes: {h1: {}, r1: {kind: router}}")
+		if s.nodes == nil && !config.HasKey(root, "nodes") {
+			el.Add(root.Line, "nodes", "missing; list the hosts and routers, e.g. nodes: {h1: {}, r1: {kind: router}}")
 		}
-		if s.links == nil && !hasKey(root, "links") {
-			el.add(root.Line, "links", "missing; list the links, e.g. links: [{endpoints: [h1, r1]}]")
+		if s.links == nil && !config.HasKey(root, "links") {
+			el.Add(root.Line, "links", "missing; list the links, e.g. links: [{endpoints: [h1, r1]}]")
 		}
 	}
-	return s, el.errs
+	return s, el.Errs
 }
 
-func decodeNodes(el *errorList, v *yaml.Node) []nodeSpec {
+func decodeNodes(el *config.Collector, v *yaml.Node) []nodeSpec {
 	if v.Kind != yaml.MappingNode {
-		el.add(v.Line, "nodes", "must be a mapping of node name to its settings, e.g. {h1: {}, r1: {kind: router}}")
+		el.Add(v.Line, "nodes", "must be a mapping of node name to its settings, e.g. {h1: {}, r1: {kind: router}}")
 		return nil
 	}
 	var nodes []nodeSpec
@@ -100,17 +93,17 @@ func decodeNodes(el *errorList, v *yaml.Node) []nodeSpec {
 		field := "nodes." + k.Value
 		n := nodeSpec{name: k.Value, line: k.Line, kind: Host}
 		if !nodeNameRE.MatchString(k.Value) {
-			el.add(k.Line, field, "node name %q must be 1-15 lowercase letters, digits or dashes, starting with a letter", k.Value)
+			el.Add(k.Line, field, "node name %q must be 1-15 lowercase letters, digits or dashes, starting with a letter", k.Value)
 		}
-		eachKey(el, val, field, []string{"kind", "env"}, func(key string, kv *yaml.Node) {
+		el.EachKey(val, field, []string{"kind", "env"}, func(key string, kv *yaml.Node) {
 			switch key {
 			case "kind":
-				if str, ok := scalar(el, kv, field+".kind"); ok {
+				if str, ok := el.Scalar(kv, field+".kind"); ok {
 					switch Kind(str) {
 					case Host, Router:
 						n.kind = Kind(str)
 					default:
-						el.add(kv.Line, field+".kind", "unknown kind %q; use host or router", str)
+						el.Add(kv.Line, field+".kind", "unknown kind %q; use host or router", str)
 					}
 				}
 			case "env":
@@ -120,24 +113,24 @@ func decodeNodes(el *errorList, v *yaml.Node) []nodeSpec {
 		nodes = append(nodes, n)
 	}
 	if len(nodes) == 0 {
-		el.add(v.Line, "nodes", "no nodes; a topology needs at least two")
+		el.Add(v.Line, "nodes", "no nodes; a topology needs at least two")
 	}
 	return nodes
 }
 
-func decodeEnv(el *errorList, v *yaml.Node, field string) map[string]string {
+func decodeEnv(el *config.Collector, v *yaml.Node, field string) map[string]string {
 	if v.Kind != yaml.MappingNode {
-		el.add(v.Line, field, "must be a mapping of variable name to value")
+		el.Add(v.Line, field, "must be a mapping of variable name to value")
 		return nil
 	}
 	env := map[string]string{}
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		k, val := v.Content[i], v.Content[i+1]
 		if k.Value == "" || strings.ContainsAny(k.Value, "= \t") {
-			el.add(k.Line, field, "%q is not a variable name", k.Value)
+			el.Add(k.Line, field, "%q is not a variable name", k.Value)
 			continue
 		}
-		if str, ok := scalar(el, val, field+"."+k.Value); ok {
+		if str, ok := el.Scalar(val, field+"."+k.Value); ok {
 			env[k.Value] = str
 		}
 	}
@@ -146,9 +139,9 @@ func decodeEnv(el *errorList, v *yaml.Node, field string) map[string]string {
 
 var linkKeys = []string{"endpoints", "mtu", "rate", "loss", "delay", "jitter", "reorder", "duplicate", "corrupt"}
 
-func decodeLinks(el *errorList, v *yaml.Node) []linkSpec {
+func decodeLinks(el *config.Collector, v *yaml.Node) []linkSpec {
 	if v.Kind != yaml.SequenceNode {
-		el.add(v.Line, "links", "must be a list of links, e.g. [{endpoints: [h1, r1]}]")
+		el.Add(v.Line, "links", "must be a list of links, e.g. [{endpoints: [h1, r1]}]")
 		return nil
 	}
 	links := make([]linkSpec, 0, len(v.Content))
@@ -156,40 +149,40 @@ func decodeLinks(el *errorList, v *yaml.Node) []linkSpec {
 		field := fmt.Sprintf("links[%d]", i)
 		l := linkSpec{line: lv.Line}
 		percent := func(kv *yaml.Node, key string, dst *float64) {
-			if str, ok := scalar(el, kv, field+"."+key); ok {
+			if str, ok := el.Scalar(kv, field+"."+key); ok {
 				p, err := ParsePercent(str)
 				if err != nil {
-					el.add(kv.Line, field+"."+key, "%v", err)
+					el.Add(kv.Line, field+"."+key, "%v", err)
 				}
 				*dst = p
 			}
 		}
 		delay := func(kv *yaml.Node, key string, dst *time.Duration) {
-			if str, ok := scalar(el, kv, field+"."+key); ok {
+			if str, ok := el.Scalar(kv, field+"."+key); ok {
 				d, err := parseDelay(str)
 				if err != nil {
-					el.add(kv.Line, field+"."+key, "%v", err)
+					el.Add(kv.Line, field+"."+key, "%v", err)
 				}
 				*dst = d
 			}
 		}
-		eachKey(el, lv, field, linkKeys, func(key string, kv *yaml.Node) {
+		el.EachKey(lv, field, linkKeys, func(key string, kv *yaml.Node) {
 			switch key {
 			case "endpoints":
 				l.ends = decodeEndpoints(el, kv, field+".endpoints")
 			case "mtu":
-				if str, ok := scalar(el, kv, field+".mtu"); ok {
+				if str, ok := el.Scalar(kv, field+".mtu"); ok {
 					mtu, err := strconv.Atoi(str)
 					if err != nil || mtu < 1280 || mtu > 65535 {
-						el.add(kv.Line, field+".mtu", "%q is not an MTU from 1280 (the IPv6 minimum) to 65535", str)
+						el.Add(kv.Line, field+".mtu", "%q is not an MTU from 1280 (the IPv6 minimum) to 65535", str)
 					}
 					l.mtu = mtu
 				}
 			case "rate":
-				if str, ok := scalar(el, kv, field+".rate"); ok {
+				if str, ok := el.Scalar(kv, field+".rate"); ok {
 					r, err := ParseRate(str)
 					if err != nil {
-						el.add(kv.Line, field+".rate", "%v", err)
+						el.Add(kv.Line, field+".rate", "%v", err)
 					}
 					l.rate = r
 				}
@@ -208,20 +201,20 @@ func decodeLinks(el *errorList, v *yaml.Node) []linkSpec {
 				delay(kv, key, &l.jitter)
 			}
 		})
-		if lv.Kind == yaml.MappingNode && !hasKey(lv, "endpoints") {
-			el.add(lv.Line, field+".endpoints", "missing; name the two nodes the link joins, e.g. endpoints: [h1, r1]")
+		if lv.Kind == yaml.MappingNode && !config.HasKey(lv, "endpoints") {
+			el.Add(lv.Line, field+".endpoints", "missing; name the two nodes the link joins, e.g. endpoints: [h1, r1]")
 		}
 		if l.jitter > l.delay {
-			el.add(lv.Line, field+".jitter", "jitter %v is larger than delay %v; jitter varies the delay and cannot make it negative", l.jitter, l.delay)
+			el.Add(lv.Line, field+".jitter", "jitter %v is larger than delay %v; jitter varies the delay and cannot make it negative", l.jitter, l.delay)
 		}
 		links = append(links, l)
 	}
 	return links
 }
 
-func decodeEndpoints(el *errorList, v *yaml.Node, field string) []endpointSpec {
+func decodeEndpoints(el *config.Collector, v *yaml.Node, field string) []endpointSpec {
 	if v.Kind != yaml.SequenceNode || len(v.Content) != 2 {
-		el.add(v.Line, field, "must list exactly two endpoints, e.g. [h1, r1] or [{node: h1, ipv4: 198.18.1.1/24}, …]")
+		el.Add(v.Line, field, "must list exactly two endpoints, e.g. [h1, r1] or [{node: h1, ipv4: 198.18.1.1/24}, …]")
 		return nil
 	}
 	ends := make([]endpointSpec, 0, 2)
@@ -233,8 +226,8 @@ func decodeEndpoints(el *errorList, v *yaml.Node, field string) []endpointSpec {
 			ends = append(ends, e)
 			continue
 		}
-		eachKey(el, ev, f, []string{"node", "ipv4", "ipv6"}, func(key string, kv *yaml.Node) {
-			str, ok := scalar(el, kv, f+"."+key)
+		el.EachKey(ev, f, []string{"node", "ipv4", "ipv6"}, func(key string, kv *yaml.Node) {
+			str, ok := el.Scalar(kv, f+"."+key)
 			if !ok {
 				return
 			}
@@ -245,13 +238,13 @@ func decodeEndpoints(el *errorList, v *yaml.Node, field string) []endpointSpec {
 				p, err := netip.ParsePrefix(str)
 				switch {
 				case err != nil:
-					el.add(kv.Line, f+"."+key, "%q is not an address with prefix length, e.g. 198.18.1.1/24 or fd00:1::1/64", str)
+					el.Add(kv.Line, f+"."+key, "%q is not an address with prefix length, e.g. 198.18.1.1/24 or fd00:1::1/64", str)
 				case key == "ipv4" && !p.Addr().Is4():
-					el.add(kv.Line, f+".ipv4", "%q is not an IPv4 address", str)
+					el.Add(kv.Line, f+".ipv4", "%q is not an IPv4 address", str)
 				case key == "ipv6" && (!p.Addr().Is6() || p.Addr().Is4In6()):
-					el.add(kv.Line, f+".ipv6", "%q is not an IPv6 address", str)
+					el.Add(kv.Line, f+".ipv6", "%q is not an IPv6 address", str)
 				case p.Addr() == p.Masked().Addr() && p.Bits() < p.Addr().BitLen()-1:
-					el.add(kv.Line, f+"."+key, "%q is the network address of its prefix; give an interface address, e.g. %s", str, p.Addr().Next())
+					el.Add(kv.Line, f+"."+key, "%q is the network address of its prefix; give an interface address, e.g. %s", str, p.Addr().Next())
 				case key == "ipv4":
 					e.ipv4 = p
 				default:
@@ -259,66 +252,10 @@ func decodeEndpoints(el *errorList, v *yaml.Node, field string) []endpointSpec {
 				}
 			}
 		})
-		if e.node == "" && ev.Kind == yaml.MappingNode && !hasKey(ev, "node") {
-			el.add(ev.Line, f+".node", "missing; name the node this endpoint is on")
+		if e.node == "" && ev.Kind == yaml.MappingNode && !config.HasKey(ev, "node") {
+			el.Add(ev.Line, f+".node", "missing; name the node this endpoint is on")
 		}
 		ends = append(ends, e)
 	}
 	return ends
-}
-
-// eachKey calls fn for each key of a mapping, reporting keys not in known and duplicated keys.
-func eachKey(el *errorList, v *yaml.Node, field string, known []string, fn func(key string, v *yaml.Node)) {
-	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-		return // "h1:" with nothing after it: all defaults
-	}
-	if v.Kind != yaml.MappingNode {
-		name := field
-		if name == "" {
-			name = "the top level"
-		}
-		el.add(v.Line, field, "%s must be a mapping with keys %s", name, strings.Join(known, ", "))
-		return
-	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(v.Content); i += 2 {
-		k := v.Content[i]
-		f := join(field, k.Value)
-		if !slices.Contains(known, k.Value) {
-			sorted := append([]string(nil), known...)
-			sort.Strings(sorted)
-			el.add(k.Line, f, "unknown key %q; known keys here: %s", k.Value, strings.Join(sorted, ", "))
-			continue
-		}
-		if seen[k.Value] {
-			el.add(k.Line, f, "key %q given twice", k.Value)
-			continue
-		}
-		seen[k.Value] = true
-		fn(k.Value, v.Content[i+1])
-	}
-}
-
-func scalar(el *errorList, v *yaml.Node, field string) (string, bool) {
-	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
-		el.add(v.Line, field, "must be a single value")
-		return "", false
-	}
-	return v.Value, true
-}
-
-func hasKey(v *yaml.Node, key string) bool {
-	for i := 0; i+1 < len(v.Content); i += 2 {
-		if v.Content[i].Value == key {
-			return true
-		}
-	}
-	return false
-}
-
-func join(field, key string) string {
-	if field == "" {
-		return key
-	}
-	return field + "." + key
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"time"
+
+	"github.com/flowplane/flowplane/internal/config"
 )
 
 // Kind says whether a node forwards packets.
@@ -87,6 +89,12 @@ func ValidName(name string) error {
 	return nil
 }
 
+// Error and Errors are the problems Parse reports, each with its line.
+type (
+	Error  = config.Error
+	Errors = config.Errors
+)
+
 // Load reads and validates a topology file. The name comes from the file's "name" key, else
 // from the file name without its extension.
 func Load(path string) (*Topology, error) {
@@ -107,7 +115,7 @@ func ParseNamed(file string, data []byte, name string) (*Topology, error) {
 	spec, errs := decode(file, data)
 	if name != "" {
 		if err := ValidName(name); err != nil {
-			errs = append(errs, Error{File: file, Field: "--name", Msg: err.Error()})
+			errs = append(errs, config.Error{File: file, Field: "--name", Msg: err.Error()})
 		}
 		spec.name, spec.nameLine = name, -1
 	}

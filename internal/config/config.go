@@ -1,0 +1,137 @@
+// Package config reads YAML configuration files by walking yaml.v3's node tree, so that every
+// problem is reported with its line and field, unknown keys list the known ones, and a whole
+// file's problems come out at once instead of the first.
+package config
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Error is one problem in a file: where it is and how to fix it.
+type Error struct {
+	File  string
+	Line  int    // 0 when the problem is the file as a whole
+	Field string // path of the key, e.g. links[1].rate
+	Msg   string
+}
+
+func (e Error) Error() string {
+	where := e.File
+	if e.Line > 0 {
+		where = fmt.Sprintf("%s:%d", e.File, e.Line)
+	}
+	if e.Field == "" {
+		return where + ": " + e.Msg
+	}
+	return where + ": " + e.Field + ": " + e.Msg
+}
+
+// Errors is every problem found in one file.
+type Errors []Error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Collector gathers the errors of one file.
+type Collector struct {
+	File string
+	Errs Errors
+}
+
+// Add records a problem at line in field.
+func (c *Collector) Add(line int, field, format string, args ...any) {
+	c.Errs = append(c.Errs, Error{File: c.File, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// Err returns the errors as an error, or nil if there are none.
+func (c *Collector) Err() error {
+	if len(c.Errs) == 0 {
+		return nil
+	}
+	return c.Errs
+}
+
+// Root parses data and returns its top node, or nil after recording why there is none.
+func (c *Collector) Root(data []byte, what string) *yaml.Node {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		// yaml.v3 messages read "yaml: line N: …"; keep them, minus the library prefix.
+		c.Add(0, "", "not valid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil
+	}
+	if len(doc.Content) == 0 {
+		c.Add(0, "", "the file is empty; %s", what)
+		return nil
+	}
+	return doc.Content[0]
+}
+
+// EachKey calls fn for each key of mapping v, reporting keys not in known and keys given twice.
+// A null value ("h1:" with nothing after it) is an empty mapping.
+func (c *Collector) EachKey(v *yaml.Node, field string, known []string, fn func(key string, v *yaml.Node)) {
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+		return
+	}
+	if v.Kind != yaml.MappingNode {
+		name := field
+		if name == "" {
+			name = "the top level"
+		}
+		c.Add(v.Line, field, "%s must be a mapping with keys %s", name, strings.Join(known, ", "))
+		return
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k := v.Content[i]
+		f := Join(field, k.Value)
+		if !slices.Contains(known, k.Value) {
+			sorted := slices.Clone(known)
+			sort.Strings(sorted)
+			c.Add(k.Line, f, "unknown key %q; known keys here: %s", k.Value, strings.Join(sorted, ", "))
+			continue
+		}
+		if seen[k.Value] {
+			c.Add(k.Line, f, "key %q given twice", k.Value)
+			continue
+		}
+		seen[k.Value] = true
+		fn(k.Value, v.Content[i+1])
+	}
+}
+
+// Scalar returns v's value, recording an error if v is not a single value.
+func (c *Collector) Scalar(v *yaml.Node, field string) (string, bool) {
+	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+		c.Add(v.Line, field, "must be a single value")
+		return "", false
+	}
+	return v.Value, true
+}
+
+// HasKey reports whether mapping v has key.
+func HasKey(v *yaml.Node, key string) bool {
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		if v.Content[i].Value == key {
+			return true
+		}
+	}
+	return false
+}
+
+// Join appends key to a field path.
+func Join(field, key string) string {
+	if field == "" {
+		return key
+	}
+	return field + "." + key
+}
