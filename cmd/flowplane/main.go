@@ -12,6 +12,7 @@ import (
 
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/lab"
+	"github.com/flowplane/flowplane/internal/vnet"
 )
 
 func main() {
@@ -31,6 +32,7 @@ func main() {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.Usage(err) })
 	root.AddCommand(lab.Command())
+	root.AddCommand(vnet.Command())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "flowplane: %v\n", err)
 		code := cli.ExitCode(err)
