@@ -75,6 +75,16 @@ func (f *cliFlags) options(stderr io.Writer) (Options, error) {
 	return opts, nil
 }
 
+// load reads the flags and the topology file every subcommand starts from.
+func (f *cliFlags) load(cmd *cobra.Command, file string) (Options, *topo.Topology, error) {
+	opts, err := f.options(cmd.ErrOrStderr())
+	if err != nil {
+		return Options{}, nil, err
+	}
+	t, err := loadTopo(file)
+	return opts, t, err
+}
+
 func loadTopo(path string) (*topo.Topology, error) {
 	t, err := topo.Load(path)
 	if err != nil {
@@ -109,11 +119,7 @@ func upCommand() *cobra.Command {
 		Short: "Run the whole topology in this process with a command shell on stdin",
 		Args:  exactFile,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := f.options(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			t, err := loadTopo(args[0])
+			opts, t, err := f.load(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -138,14 +144,10 @@ func nodeCommand() *cobra.Command {
 		Short: "Run one node of the topology (its neighbours run in other processes)",
 		Args:  exactFile,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := f.options(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
 			if name == "" {
 				return usagef(errors.New("--name is required: the node of the topology to run"))
 			}
-			t, err := loadTopo(args[0])
+			opts, t, err := f.load(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -177,11 +179,7 @@ func execCommand() *cobra.Command {
 			"failing command stops the run with an error.",
 		Args: exactFile,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := f.options(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			t, err := loadTopo(args[0])
+			opts, t, err := f.load(cmd, args[0])
 			if err != nil {
 				return err
 			}

@@ -6,8 +6,6 @@
 package vnet
 
 import (
-	"errors"
-
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/vnet/tcp"
 )
@@ -27,5 +25,4 @@ var (
 	ErrClosed       = tcp.ErrClosed
 	ErrInvalidState = tcp.ErrInvalidState
 	ErrNoRoute      = tcp.ErrNoRoute
-	ErrNoNode       = errors.New("vnet: no such node")
 )

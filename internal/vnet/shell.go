@@ -427,23 +427,28 @@ func (s *Shell) cmdListen(n *Node, a []string) error {
 }
 
 func (s *Shell) cmdConnect(n *Node, a []string) error {
-	dst, err := parseAddr(a[0])
-	if err != nil {
-		return err
-	}
-	port, err := parseInt("port", a[1], 1, 65535)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := s.ctx()
-	defer cancel()
-	c, err := n.Dial(ctx, netip.AddrPortFrom(dst, uint16(port)).String())
+	c, err := s.dial(n, a[0], a[1])
 	if err != nil {
 		return err
 	}
 	id := s.add(&socket{node: n, conn: c})
 	fmt.Fprintf(s.out, "socket %d connected %v -> %v\n", id, c.LocalAddr(), c.RemoteAddr())
 	return nil
+}
+
+// dial connects n to the ADDR and PORT arguments of connect and sendfile.
+func (s *Shell) dial(n *Node, addr, portArg string) (*Conn, error) {
+	dst, err := parseAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	port, err := parseInt("port", portArg, 1, 65535)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	return n.Dial(ctx, netip.AddrPortFrom(dst, uint16(port)).String())
 }
 
 func (s *Shell) connSock(a string) (*socket, error) {
@@ -532,17 +537,7 @@ func (s *Shell) cmdSendfile(n *Node, a []string) error {
 		return usagef(fmt.Errorf("sendfile: %w", err))
 	}
 	defer f.Close()
-	dst, err := parseAddr(a[1])
-	if err != nil {
-		return err
-	}
-	port, err := parseInt("port", a[2], 1, 65535)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := s.ctx()
-	defer cancel()
-	c, err := n.Dial(ctx, netip.AddrPortFrom(dst, uint16(port)).String())
+	c, err := s.dial(n, a[1], a[2])
 	if err != nil {
 		return err
 	}
@@ -607,8 +602,8 @@ func (s *Shell) cmdInfo(n *Node, a []string) error {
 	fmt.Fprintf(s.out, "%v %v cc=%s cwnd=%d ssthresh=%d srtt=%v rttvar=%v rto=%v mss=%d\n", in.Tuple, in.State, in.CC, in.Cwnd, in.Ssthresh, in.SRTT, in.RTTVar, in.RTO, in.MSS)
 	fmt.Fprintf(s.out, "snd.wnd=%d rcv.wnd=%d inflight=%d sndbuf=%d rcvbuf=%d sack=%v ts=%v wscale=%v\n", in.SndWnd, in.RcvWnd, in.InFlight, in.SndBuffer, in.RcvBuffer, in.SACK, in.Timestamps, in.WScale)
 	st := in.Stats
-	fmt.Fprintf(s.out, "segs out=%d in=%d bytes sent=%d acked=%d received=%d retransmits=%d fast=%d timeouts=%d dupacks=%d\n",
-		st.SegsOut, st.SegsIn, st.BytesOut, st.BytesAcked, st.BytesIn, st.Retransmits, st.FastRetransmits, st.Timeouts, st.DupAcks)
+	fmt.Fprintf(s.out, "segs out=%d in=%d bytes sent=%d acked=%d received=%d retransmits=%d fast=%d timeouts=%d dupacks=%d out-of-order=%d (dropped %d)\n",
+		st.SegsOut, st.SegsIn, st.BytesOut, st.BytesAcked, st.BytesIn, st.Retransmits, st.FastRetransmits, st.Timeouts, st.DupAcks, st.OutOfOrder, st.OutOfOrderDropped)
 	return nil
 }
 
@@ -623,7 +618,7 @@ func (s *Shell) cmdStats(n *Node, _ []string) error {
 	fmt.Fprintf(s.out, "tcp: segments=%d malformed=%d bad-checksum=%d no-socket=%d rst-sent=%d listen-overflow=%d\n",
 		m.SegsIn.Load(), m.Malformed.Load(), m.BadChecksum.Load(), m.NoSocket.Load(), m.RSTsSent.Load(), m.ListenOverflow.Load())
 	rs := n.rip.Stats()
-	fmt.Fprintf(s.out, "rip: requests=%d responses=%d sent=%d triggered=%d malformed=%d\n", rs.Requests, rs.Responses, rs.Sent, rs.Triggered, rs.Malformed)
+	fmt.Fprintf(s.out, "rip: requests=%d responses=%d sent=%d triggered=%d malformed=%d ignored=%d table-full=%d\n", rs.Requests, rs.Responses, rs.Sent, rs.Triggered, rs.Malformed, rs.Ignored, rs.TableFull)
 	for _, i := range n.ifaces {
 		if u, ok := i.link.(interface{ LinkStats() string }); ok {
 			fmt.Fprintf(s.out, "%s: %s\n", i.Name, u.LinkStats())

@@ -79,20 +79,7 @@ func TestTAPLinuxToVnetTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	sum := make(chan [32]byte, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			sum <- [32]byte{}
-			return
-		}
-		h := sha256.New()
-		_, _ = io.Copy(h, c)
-		c.Close()
-		var s [32]byte
-		copy(s[:], h.Sum(nil))
-		sum <- s
-	}()
+	sum := acceptSum(l)
 	var c net.Conn
 	if err := nsrun.Do(ns, func() error {
 		var err error
@@ -128,20 +115,7 @@ func TestTAPVnetToLinuxTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	sum := make(chan [32]byte, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			sum <- [32]byte{}
-			return
-		}
-		h := sha256.New()
-		_, _ = io.Copy(h, c)
-		c.Close()
-		var s [32]byte
-		copy(s[:], h.Sum(nil))
-		sum <- s
-	}()
+	sum := acceptSum(l)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := n.Dial(ctx, "198.19.77.1:9001")

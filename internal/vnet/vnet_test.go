@@ -97,20 +97,7 @@ func TestTCPTransferThroughRouters(t *testing.T) {
 	for i := range data {
 		data[i] = byte(rng.Uint32())
 	}
-	got := make(chan [32]byte, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			got <- [32]byte{}
-			return
-		}
-		h := sha256.New()
-		_, _ = io.Copy(h, c)
-		c.Close()
-		var s [32]byte
-		copy(s[:], h.Sum(nil))
-		got <- s
-	}()
+	got := acceptSum(l)
 	c, err := h1.Dial(ctxT(t), netip.AddrPortFrom(addrOf(t, nw, "h2"), 80).String())
 	if err != nil {
 		t.Fatal(err)
@@ -318,4 +305,22 @@ func TestNodeTalksToItself(t *testing.T) {
 	if err != nil || !bytes.Equal(got, msg) {
 		t.Fatalf("echo over loopback: %d bytes, %v", len(got), err)
 	}
+}
+
+// acceptSum accepts one connection on l and sends the sha256 of everything it reads (zero if
+// Accept fails).
+func acceptSum(l net.Listener) <-chan [32]byte {
+	sum := make(chan [32]byte, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			sum <- [32]byte{}
+			return
+		}
+		h := sha256.New()
+		_, _ = io.Copy(h, c)
+		c.Close()
+		sum <- [32]byte(h.Sum(nil))
+	}()
+	return sum
 }

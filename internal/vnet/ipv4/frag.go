@@ -2,6 +2,7 @@ package ipv4
 
 import (
 	"errors"
+	"math"
 	"net/netip"
 	"time"
 )
@@ -69,9 +70,21 @@ type Reassembler struct {
 	MaxBytes int
 	pending  map[fragKey]*datagram
 	used     int
+	// nextExpiry is no later than the earliest deadline pending, so Expire, which runs for
+	// every fragment, skips the scan of the whole table until something can have expired.
+	nextExpiry time.Duration
 	// Counters.
 	Reassembled, TimedOut, Dropped uint64
 }
+
+// maxDatagrams bounds the incomplete datagrams held at once, whatever their size; maxHoles
+// bounds the separate pieces of one datagram (a 64 KiB datagram in 576-byte fragments has 120
+// fragments, so legitimate reordering stays far below), since each fragment costs a pass over
+// them.
+const (
+	maxDatagrams = 4096
+	maxHoles     = 128
+)
 
 // NewReassembler returns a reassembler with the RFC 791 suggested 15 s... rounded up to 30 s as
 // Linux does, and a 4 MiB memory limit.
@@ -90,11 +103,14 @@ func (r *Reassembler) Add(h Header, p []byte, now time.Duration) []byte {
 	k := fragKey{h.Src, h.Dst, h.ID, h.Proto}
 	d := r.pending[k]
 	if d == nil {
-		if len(r.pending) > 4096 {
+		if len(r.pending) >= maxDatagrams {
 			r.Dropped++
 			return nil
 		}
 		d = &datagram{total: -1, deadline: now + r.Timeout}
+		if len(r.pending) == 0 || d.deadline < r.nextExpiry {
+			r.nextExpiry = d.deadline
+		}
 		r.pending[k] = d
 	}
 	end := h.FragOff + len(p)
@@ -120,6 +136,10 @@ func (r *Reassembler) Add(h Header, p []byte, now time.Duration) []byte {
 	}
 	copy(d.data[h.FragOff:], p)
 	d.add(span{h.FragOff, end})
+	if len(d.have) > maxHoles {
+		r.drop(k, d) // tiny fragments scattered to make each insert cost more: hostile
+		return nil
+	}
 	if h.FragOff == 0 {
 		d.first, d.gotFirst = h, true
 	}
@@ -181,15 +201,22 @@ type Expired struct {
 
 // Expire drops datagrams past their deadline and returns them.
 func (r *Reassembler) Expire(now time.Duration) []Expired {
+	if len(r.pending) == 0 || now < r.nextExpiry {
+		return nil
+	}
 	var out []Expired
+	next := time.Duration(math.MaxInt64)
 	for k, d := range r.pending {
 		if now >= d.deadline {
 			r.used -= d.size
 			delete(r.pending, k)
 			r.TimedOut++
 			out = append(out, Expired{First: d.first, GotFirst: d.gotFirst, Data: d.data})
+			continue
 		}
+		next = min(next, d.deadline)
 	}
+	r.nextExpiry = next
 	return out
 }
 

@@ -146,6 +146,35 @@ func TestReassemblyTimeoutAndLimit(t *testing.T) {
 	}
 }
 
+// Scattered tiny fragments (each insert costs a pass over the pieces held) and a flood of
+// datagrams are both bounded; the expiry scan is skipped until a deadline can have passed.
+func TestReassemblyBoundsHolesAndDatagrams(t *testing.T) {
+	ra := NewReassembler()
+	h := testHeader()
+	h.MF = true
+	for off := 0; off < 16*(maxHoles+1); off += 16 {
+		h.FragOff = off
+		ra.Add(h, make([]byte, 8), 0)
+	}
+	if ra.Pending() != 0 || ra.Dropped != 1 || ra.Used() != 0 {
+		t.Fatalf("datagram with %d holes kept: pending %d, dropped %d", maxHoles+1, ra.Pending(), ra.Dropped)
+	}
+	h.FragOff = 0
+	for id := 0; id < maxDatagrams+10; id++ {
+		h.ID = uint16(id)
+		ra.Add(h, make([]byte, 8), time.Duration(id))
+	}
+	if ra.Pending() != maxDatagrams || ra.Dropped != 11 {
+		t.Fatalf("pending %d (limit %d), dropped %d", ra.Pending(), maxDatagrams, ra.Dropped)
+	}
+	if exp := ra.Expire(ra.Timeout - 1); len(exp) != 0 {
+		t.Fatalf("%d expired early", len(exp))
+	}
+	if exp := ra.Expire(ra.Timeout + 5); len(exp) != 6 || ra.Pending() != maxDatagrams-6 {
+		t.Fatalf("%d expired, %d pending; want the 6 oldest gone", len(exp), ra.Pending())
+	}
+}
+
 func TestDFRefusesFragmentation(t *testing.T) {
 	h := testHeader()
 	h.DF, h.TotalLen = true, 3000

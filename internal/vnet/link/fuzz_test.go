@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,7 +22,7 @@ func FuzzGROSize(f *testing.F) {
 
 func TestGROSizeReadsCmsg(t *testing.T) {
 	b := make([]byte, unix.CmsgSpace(4))
-	h := (*unix.Cmsghdr)(ptr(b))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
 	h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_GRO
 	h.SetLen(unix.CmsgLen(4))
 	binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], 1448)

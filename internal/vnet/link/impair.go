@@ -31,6 +31,7 @@ type shaper struct {
 	seq      uint64
 	// counters
 	lost, duplicated, corrupted, reordered uint64
+	overflow                               uint64 // dropped because the delay queue was full
 }
 
 func newShaper(im Impair) *shaper {
@@ -80,6 +81,13 @@ func (s *shaper) admit(b *[]byte, now time.Duration, emit func(*[]byte), clone f
 		copies = append(copies, clone(b))
 	}
 	for _, p := range copies {
+		if len(s.q) >= queueMax {
+			// A delay or rate queue is finite, as netem's limit is: tail drop rather than
+			// holding an unbounded backlog (a fast sender into a slow rate would grow it forever).
+			s.overflow++
+			free(p)
+			continue
+		}
 		if im.Corrupt > 0 && s.rng.Float64() < im.Corrupt && len(*p) > 0 {
 			s.corrupted++
 			i := s.rng.IntN(len(*p))

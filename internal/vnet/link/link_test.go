@@ -142,4 +142,13 @@ func TestShaperImpairments(t *testing.T) {
 	if len(got) != 10 {
 		t.Fatalf("%d of 10 delivered", len(got))
 	}
+	// The delay queue is bounded: beyond queueMax waiting packets the shaper drops at the tail.
+	sh = newShaper(Impair{Rate: 8e3, Seed: 6})
+	got = got[:0]
+	for i := 0; i < queueMax+10; i++ {
+		sh.admit(mk(i), 0, emit, nil, func(*[]byte) {})
+	}
+	if len(sh.q)+len(got) != queueMax || sh.overflow != 10 {
+		t.Fatalf("rate queue: %d waiting, %d sent, %d dropped; want %d kept, 10 dropped", len(sh.q), len(got), sh.overflow, queueMax)
+	}
 }

@@ -67,5 +67,3 @@ func groSize(oob []byte) int {
 	}
 	return 0
 }
-
-func ptr(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }

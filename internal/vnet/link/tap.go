@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -101,6 +102,7 @@ func (t *TAP) Start(handle func([]byte), flush func()) {
 				if t.closed.Load() || errors.Is(err, os.ErrClosed) {
 					return
 				}
+				time.Sleep(time.Millisecond) // EIO while the device is down: do not spin
 				continue
 			}
 			t.frame(buf[:n], handle)
@@ -118,7 +120,7 @@ func (t *TAP) frame(f []byte, handle func([]byte)) {
 	copy(src[:], f[6:12])
 	switch binary.BigEndian.Uint16(f[12:]) {
 	case etherIPv4:
-		t.peer.Store(&src)
+		t.learn(src)
 		p := f[ethHeader:]
 		if len(p) > t.mtu {
 			t.Stats.RxLarge.Add(1)
@@ -134,13 +136,20 @@ func (t *TAP) frame(f []byte, handle func([]byte)) {
 	}
 }
 
+// learn records the kernel's MAC address; it stores only changes, so a frame costs no allocation.
+func (t *TAP) learn(src [6]byte) {
+	if p := t.peer.Load(); p == nil || *p != src {
+		t.peer.Store(&src)
+	}
+}
+
 // arp answers requests for our address (RFC 826), learning the asker.
 func (t *TAP) arp(p []byte, src [6]byte) {
 	if len(p) < 28 || binary.BigEndian.Uint16(p[0:]) != 1 || binary.BigEndian.Uint16(p[2:]) != etherIPv4 || p[4] != 6 || p[5] != 4 {
 		t.Stats.RxForeign.Add(1)
 		return
 	}
-	t.peer.Store(&src)
+	t.learn(src)
 	if binary.BigEndian.Uint16(p[6:]) != 1 || netip.AddrFrom4([4]byte(p[24:28])) != t.addr {
 		return // a reply, or a request for someone else
 	}

@@ -206,6 +206,8 @@ func (u *UDP) writer() {
 			u.Stats.Duplicated.Store(sh.duplicated)
 			u.Stats.Corrupted.Store(sh.corrupted)
 			u.Stats.Reordered.Store(sh.reordered)
+			u.Stats.TxDropped.Add(sh.overflow)
+			sh.overflow = 0
 		}
 		for i := range in {
 			in[i] = nil

@@ -14,8 +14,11 @@ import (
 
 // Protocol constants.
 const (
-	Infinity    = 16
-	MaxEntries  = 64
+	Infinity   = 16
+	MaxEntries = 64
+	// MaxRoutes bounds the table, so a neighbour advertising endless prefixes cannot exhaust
+	// memory; further new prefixes are ignored (counted as TableFull).
+	MaxRoutes   = 4096
 	CmdRequest  = 1
 	CmdResponse = 2
 	entryLen    = 12
@@ -69,7 +72,7 @@ func Parse(b []byte) (Message, error) {
 		addr := binary.BigEndian.Uint32(e[4:])
 		mask := binary.BigEndian.Uint32(e[8:])
 		ones := bits.LeadingZeros32(^mask)
-		if mask != 0 && bits.TrailingZeros32(mask) != 32-ones || mask == 0 && ones != 0 {
+		if bits.TrailingZeros32(mask) != 32-ones { // contiguous: ones then zeros (0 included)
 			return m, ErrMask
 		}
 		if cost > Infinity {

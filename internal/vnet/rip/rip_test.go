@@ -356,3 +356,44 @@ func TestTriangleLosesStubWithoutLingeringLoop(t *testing.T) {
 		}
 	}
 }
+
+// With only our end of a link down, its subnet is still reachable through the ring: the
+// poisoned connected route gives way to a neighbour's at once, not after garbage collection.
+func TestDownedInterfaceSubnetLearnedElsewhere(t *testing.T) {
+	s := newSim(t, 3, [][2]int{{0, 1}, {1, 2}, {2, 0}})
+	s.converge(t, time.Second, "start-up")
+	s.routers[0].SetIfaceUp(0, false) // link 0 (to router 1) down at router 0 only
+	p := linkPrefix(0, 0).Masked()
+	if !s.clk.RunUntil(time.Second, func() bool {
+		for _, r := range s.tables[0] {
+			if r.Prefix == p && !r.Connected && r.Iface == 1 && r.Metric == 2 {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("router 0 has no route to %v through router 2: %v", p, s.tables[0])
+	}
+	s.routers[0].SetIfaceUp(0, true)
+	for _, r := range s.tables[0] {
+		if r.Prefix == p && !r.Connected {
+			t.Fatalf("interface back up but %v not connected: %+v", p, r)
+		}
+	}
+}
+
+func TestTableBoundedAgainstFloodingNeighbour(t *testing.T) {
+	s := newSim(t, 2, line(2))
+	s.converge(t, time.Second, "start-up")
+	peer := linkPrefix(0, 1).Addr()
+	for k := 0; k < MaxRoutes/MaxEntries+2; k++ {
+		m := Message{Command: CmdResponse}
+		for e := 0; e < MaxEntries; e++ {
+			m.Entries = append(m.Entries, Entry{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(k), byte(e), 0}), 24), 1})
+		}
+		s.routers[0].Input(0, peer, Append(nil, &m))
+	}
+	if n := len(s.routers[0].Routes()); n != MaxRoutes || s.routers[0].Stats().TableFull == 0 {
+		t.Fatalf("%d routes (limit %d), %d refused", n, MaxRoutes, s.routers[0].Stats().TableFull)
+	}
+}

@@ -54,6 +54,7 @@ type route struct {
 // Stats counts protocol events.
 type Stats struct {
 	Requests, Responses, Sent, Triggered, Malformed, Ignored uint64
+	TableFull                                                uint64 // new routes refused at MaxRoutes
 }
 
 // Router is one node's RIP instance. It is safe for concurrent use; the send and install
@@ -171,10 +172,14 @@ func (r *Router) learn(i int, src netip.Addr, e Entry, now time.Duration) bool {
 	metric := min(int(e.Cost)+1, Infinity)
 	cur := r.routes[e.Prefix]
 	switch {
-	case cur != nil && cur.Connected:
-		return false // our own link beats anything a neighbour says
+	case cur != nil && cur.Connected && cur.Metric < Infinity:
+		return false // our own link beats anything a neighbour says, while it is up
 	case cur == nil:
 		if metric >= Infinity {
+			return false
+		}
+		if len(r.routes) >= MaxRoutes {
+			r.stats.TableFull++
 			return false
 		}
 		r.routes[e.Prefix] = &route{Route: Route{Prefix: e.Prefix, NextHop: src, Iface: i, Metric: metric},
@@ -195,7 +200,9 @@ func (r *Router) learn(i int, src netip.Addr, e Entry, now time.Duration) bool {
 		}
 		return true
 	case metric < cur.Metric:
-		cur.NextHop, cur.Iface, cur.Metric, cur.changed = src, i, metric, true
+		// This also replaces the poisoned route of a downed interface: its subnet may still be
+		// reachable through another neighbour. connect restores it when the interface comes up.
+		cur.NextHop, cur.Iface, cur.Metric, cur.Connected, cur.changed = src, i, metric, false, true
 		cur.expires = now + r.cfg.Expire
 		return true
 	}

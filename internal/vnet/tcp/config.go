@@ -74,4 +74,7 @@ var (
 	ErrNoRoute      = errors.New("tcp: no route to host")
 )
 
-const dupThresh = 3
+const (
+	dupThresh = 3
+	minMSS    = 88 // smallest peer MSS honoured (Linux's TCP_MIN_MSS)
+)

@@ -143,6 +143,7 @@ type Stats struct {
 	DupAcks                uint64
 	ChallengeAcks          uint64
 	OutOfOrder             uint64
+	OutOfOrderDropped      uint64 // beyond the receiver's limit on holes
 	ZeroWindowProbes       uint64
 	TailLossProbes         uint64
 	LostRetransmits        uint64
@@ -422,10 +423,10 @@ func (c *Conn) destroy(err error) {
 		c.err = err
 	}
 	c.setState(Closed)
-	c.rtxTimer.stop()
-	c.delackTimer.stop()
-	c.kaTimer.stop()
-	c.twTimer.stop()
+	c.rtxTimer.release()
+	c.delackTimer.release()
+	c.kaTimer.release()
+	c.twTimer.release()
 	if c.listener != nil {
 		c.mux.mu.Lock()
 		if !c.queued { // still half-open: free its backlog slot

@@ -170,21 +170,27 @@ func transfer(t *testing.T, n *testNet, w, r *Conn, data []byte, limit time.Dura
 				t.Fatalf("close write: %v", err)
 			}
 		}
-		for {
-			k, err := r.Read(buf)
-			got.Write(buf[:k])
-			if err == io.EOF {
-				return true
-			}
-			if errors.Is(err, ErrWouldBlock) {
-				return false
-			}
-			if err != nil {
-				t.Fatalf("read: %v", err)
-			}
-		}
+		return drain(t, r, buf, &got)
 	})
 	return got.Bytes()
+}
+
+// drain reads what r has into got; it reports whether the peer's FIN has been read.
+func drain(t *testing.T, r *Conn, buf []byte, got *bytes.Buffer) bool {
+	t.Helper()
+	for {
+		k, err := r.Read(buf)
+		got.Write(buf[:k])
+		if err == io.EOF {
+			return true
+		}
+		if errors.Is(err, ErrWouldBlock) {
+			return false
+		}
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+	}
 }
 
 func randomData(n int, seed uint64) []byte {

@@ -5,8 +5,10 @@ import "time"
 // negotiate applies the options of the peer's SYN.
 func (c *Conn) negotiate(s *Segment) {
 	o := &s.Opts
-	if o.HasMSS && o.MSS > 0 {
-		c.peerMSS = int(o.MSS)
+	if o.HasMSS {
+		// Linux's TCP_MIN_MSS floor: a tiny MSS would leave no room for data once options are
+		// taken off (negative segment sizes) and is how CVE-2019-11477 multiplied segments.
+		c.peerMSS = max(int(o.MSS), minMSS)
 	}
 	c.wsOK = c.cfg.WindowScale && o.HasWScale
 	if c.wsOK {
@@ -179,12 +181,13 @@ func (c *Conn) acceptable(s *Segment) bool {
 	wnd := max(c.rcvBuf.Free(), c.rcvAdv.Diff(c.rcvNxt), 0)
 	n := s.Len()
 	switch {
-	case n == 0 && wnd == 0:
+	case wnd == 0:
+		// No data fits, but a segment at RCV.NXT (a zero-window probe) still carries an ACK
+		// and window to process (RFC 9293 3.10.7.4 "special allowance"); receive drops its
+		// data. Otherwise a sender whose own window is shut never learns its data arrived.
 		return s.Seq == c.rcvNxt
 	case n == 0:
 		return inWindow(s.Seq, c.rcvNxt, wnd)
-	case wnd == 0:
-		return false
 	default:
 		return inWindow(s.Seq, c.rcvNxt, wnd) || inWindow(s.Seq.Add(n-1), c.rcvNxt, wnd)
 	}
@@ -386,9 +389,7 @@ func (c *Conn) enterRecovery() {
 	c.recover = c.sndMax
 	c.ccs.InFlight = c.sndMax.Diff(c.sndUna)
 	c.cc.OnCongestion(&c.ccs)
-	n := c.mss
-	c.retransmit(c.sndUna, n)
-	c.highRxt = c.sndUna.Add(min(n, c.sndMax.Diff(c.sndUna)))
+	c.highRxt = c.sndUna.Add(c.retransmit(c.sndUna, c.segSize()))
 	c.rxts = c.rxts[:0]
 	c.noteRetransmit(c.sndUna, c.highRxt)
 	if !c.sackOK {
@@ -443,7 +444,9 @@ func (c *Conn) receive(s *Segment, b *Batch) {
 		} else {
 			inOrder = false
 			c.stats.OutOfOrder++
-			c.ooo.Insert(seq, data)
+			if !c.ooo.Insert(seq, data) {
+				c.stats.OutOfOrderDropped++
+			}
 		}
 	} else if len(s.Payload) > 0 {
 		inOrder = false // duplicate: ACK at once so the sender learns (RFC 5681 4.2)

@@ -44,10 +44,11 @@ func (c *Conn) outputNormal() {
 		if avail < 0 {
 			avail = 0
 		}
+		seg := c.segSize()
 		cwnd := c.ccs.Cwnd + c.inflate
 		wnd := min(c.sndWnd, cwnd)
 		room := c.sndUna.Add(wnd).Diff(c.sndNxt)
-		n := min(avail, c.mss, max(room, 0))
+		n := min(avail, seg, max(room, 0))
 		fin := c.finQueued && c.sndNxt.Add(n) == end && !c.finSentAt(end)
 		if n == 0 && !fin {
 			return
@@ -55,31 +56,37 @@ func (c *Conn) outputNormal() {
 		if n == 0 && fin && avail > 0 {
 			return // window closed with data still to go before the FIN
 		}
-		if n < c.mss && n < avail {
+		if n < seg && n < avail {
 			// Window-limited runt: sender-side SWS avoidance (RFC 9293 3.8.6.2.1).
 			if n < c.maxSndWnd/2 || c.sndNxt != c.sndUna {
 				return
 			}
 		}
-		if n > 0 && n < c.mss && c.cfg.Nagle && c.sndNxt != c.sndUna && !fin && c.sndNxt.GEQ(c.sndMax) {
+		if n > 0 && n < seg && c.cfg.Nagle && c.sndNxt != c.sndUna && !fin && c.sndNxt.GEQ(c.sndMax) {
 			return // Nagle: one runt in flight at a time
 		}
-		c.sendData(c.sndNxt, n, fin)
 		if c.sndNxt == c.sndMax && !c.rttTiming && n > 0 {
 			c.rttTiming, c.rttSeq, c.rttStart = true, c.sndNxt.Add(n), c.now()
 		}
 		if c.sndNxt.LT(c.sndMax) {
 			c.stats.Retransmits++
 		}
-		c.sndNxt = c.sndNxt.Add(n)
-		if fin {
-			c.sndNxt = c.sndNxt.Add(1)
-		}
+		c.sndNxt = c.sndNxt.Add(c.sendData(c.sndNxt, n, fin))
 		c.sndMax = maxSeq(c.sndMax, c.sndNxt)
 		if !c.rtxTimer.active() {
 			c.armRtx()
 		}
 	}
+}
+
+// segSize is the payload of a full-sized segment now: the MSS (timestamps already taken off)
+// less the SACK option the segment will carry, since RFC 9293 3.7.1 has the sender reduce the
+// data by the options' length.
+func (c *Conn) segSize() int {
+	if !c.sackOK || len(c.ooo.runs) == 0 {
+		return c.mss
+	}
+	return c.mss - (4 + 8*min(len(c.ooo.runs), len(c.sackBuf)-1))
 }
 
 // finSentAt reports whether a FIN at end has already been sent (and not rewound by a timeout).
@@ -121,8 +128,7 @@ func (c *Conn) outputSACKRecovery() {
 			if holeEnd == s || holeEnd.GT(c.sndMax) { // no SACK block above: hole runs to SND.MAX
 				holeEnd = c.sndMax
 			}
-			n := min(holeEnd.Diff(s), c.mss, lost.Diff(s))
-			c.retransmit(s, n)
+			n := c.retransmit(s, min(holeEnd.Diff(s), c.segSize(), lost.Diff(s)))
 			c.highRxt = s.Add(n)
 			c.noteRetransmit(s, s.Add(n))
 			sent = true
@@ -135,16 +141,12 @@ func (c *Conn) outputSACKRecovery() {
 		c.sndNxt = c.sndMax
 		avail := end.Diff(c.sndNxt)
 		room := c.sndUna.Add(c.sndWnd).Diff(c.sndNxt)
-		n := min(avail, c.mss, max(room, 0))
+		n := min(avail, c.segSize(), max(room, 0))
 		fin := c.finQueued && c.sndNxt.Add(n) == end && !c.finSentAt(end)
 		if n <= 0 && !fin {
 			return
 		}
-		c.sendData(c.sndNxt, n, fin)
-		c.sndNxt = c.sndNxt.Add(n)
-		if fin {
-			c.sndNxt = c.sndNxt.Add(1)
-		}
+		c.sndNxt = c.sndNxt.Add(c.sendData(c.sndNxt, n, fin))
 		c.sndMax = c.sndNxt
 		if !c.rtxTimer.active() {
 			c.armRtx()
@@ -152,25 +154,29 @@ func (c *Conn) outputSACKRecovery() {
 	}
 }
 
-// retransmit resends n bytes at seq without moving SND.NXT.
-func (c *Conn) retransmit(seq Seq, n int) {
+// retransmit resends up to n bytes at seq without moving SND.NXT; it returns the sequence space
+// it resent.
+func (c *Conn) retransmit(seq Seq, n int) int {
 	end := c.dataEnd()
 	if seq.GEQ(end) { // only the FIN is outstanding
 		if c.finQueued {
 			c.sendFlags(end, FIN|ACK)
 			c.stats.Retransmits++
+			return 1
 		}
-		return
+		return 0
 	}
 	n = min(n, end.Diff(seq))
 	fin := c.finQueued && seq.Add(n) == end && c.sndMax.GT(end)
-	c.sendData(seq, n, fin)
 	c.stats.Retransmits++
 	c.rttTiming = false
+	return c.sendData(seq, n, fin)
 }
 
-// sendData sends n bytes of the send buffer starting at seq, plus FIN if asked.
-func (c *Conn) sendData(seq Seq, n int, fin bool) {
+// sendData sends n bytes of the send buffer starting at seq, plus FIN if asked. It returns the
+// sequence space the segment took (FIN included), which is less than asked only if the options
+// left no room for n bytes.
+func (c *Conn) sendData(seq Seq, n int, fin bool) int {
 	flags := uint8(ACK)
 	if n > 0 && seq.Add(n) == c.dataEnd() {
 		flags |= PSH
@@ -178,7 +184,7 @@ func (c *Conn) sendData(seq Seq, n int, fin bool) {
 	if fin {
 		flags |= FIN
 	}
-	c.send(seq, flags, n, false)
+	return c.send(seq, flags, n, false)
 }
 
 // sendAck sends a bare ACK now.
@@ -196,8 +202,10 @@ func (c *Conn) sendSyn(withAck bool) {
 	c.send(c.iss, flags, 0, true)
 }
 
-// send builds and emits one segment; n bytes come from the send buffer at seq.
-func (c *Conn) send(seq Seq, flags uint8, n int, syn bool) {
+// send builds and emits one segment; n bytes come from the send buffer at seq. It returns the
+// sequence space sent: n, or fewer if the options left no room (then FIN stays for a later
+// segment, since it must follow the last byte).
+func (c *Conn) send(seq Seq, flags uint8, n int, syn bool) int {
 	seg := Segment{SrcPort: c.id.LocalPort, DstPort: c.id.RemotePort, Seq: seq, Flags: flags}
 	if flags&ACK != 0 {
 		seg.Ack = c.rcvNxt
@@ -229,7 +237,8 @@ func (c *Conn) send(seq Seq, flags uint8, n int, syn bool) {
 	// Window: never shrink the right edge already advertised (RFC 9293 3.8.6.2.2).
 	wnd := c.rcvWindow()
 	if syn {
-		seg.Window = uint16(min(wnd, 0xffff)) // the SYN's window is never scaled
+		wnd = min(wnd, 0xffff) // the SYN's window is never scaled
+		seg.Window = uint16(wnd)
 	} else {
 		seg.Window = uint16(min(wnd>>c.rcvShift, 0xffff))
 		wnd = int(seg.Window) << c.rcvShift
@@ -241,6 +250,8 @@ func (c *Conn) send(seq Seq, flags uint8, n int, syn bool) {
 	// Keep the packet within the MTU the buffer was sized for, whatever the options cost.
 	if limit := len(c.scratch) - 64 - ipv4.HeaderLen - hl; n > limit {
 		n = max(limit, 0)
+		flags &^= FIN | PSH
+		seg.Flags = flags
 	}
 	pkt := c.scratch[:ipv4.HeaderLen+hl+n]
 	if n > 0 {
@@ -260,6 +271,10 @@ func (c *Conn) send(seq Seq, flags uint8, n int, syn bool) {
 		c.delackTimer.stop()
 	}
 	c.mux.output(pkt)
+	if flags&FIN != 0 {
+		return n + 1
+	}
+	return n
 }
 
 // rcvWindow is the window to advertise, with receiver-side SWS avoidance: a window that opens by

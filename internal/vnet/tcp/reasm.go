@@ -1,5 +1,7 @@
 package tcp
 
+import "sort"
+
 // oooQueue holds out-of-order data above rcvNxt as sorted, non-overlapping, non-adjacent runs.
 type oooQueue struct {
 	runs  []run
@@ -14,29 +16,46 @@ type run struct {
 
 func (r run) end() Seq { return r.seq.Add(len(r.data)) }
 
-// Insert adds data at seq, merging with neighbours; data is copied.
-func (q *oooQueue) Insert(seq Seq, data []byte) {
+// maxRuns bounds the holes a receiver tracks. A full 4 MiB window of 1448-byte segments with
+// every other one lost has about 1450; without a bound a peer sending one byte into every other
+// position would cost an allocation per byte and a quadratic insert.
+const maxRuns = 2048
+
+// Insert adds data at seq, merging with neighbours; data is copied. It reports false when the
+// data would start a new run beyond maxRuns and was dropped (the peer will resend it).
+func (q *oooQueue) Insert(seq Seq, data []byte) bool {
 	if len(data) == 0 {
-		return
+		return true
 	}
 	end := seq.Add(len(data))
-	// Find the first run that ends at or after seq (could merge).
-	i := 0
-	for i < len(q.runs) && q.runs[i].end().LT(seq) {
-		i++
-	}
+	// The first run that ends at or after seq could merge; runs are sorted, so search.
+	i := sort.Search(len(q.runs), func(k int) bool { return q.runs[k].end().GEQ(seq) })
 	j := i
 	for j < len(q.runs) && q.runs[j].seq.LEQ(end) {
 		j++
 	}
 	if i == j { // no overlap or adjacency
+		if len(q.runs) >= maxRuns {
+			return false
+		}
 		nr := run{seq, append([]byte(nil), data...)}
 		q.runs = append(q.runs, run{})
 		copy(q.runs[i+1:], q.runs[i:])
 		q.runs[i] = nr
 		q.bytes += len(data)
 		q.last = i
-		return
+		return true
+	}
+	if j == i+1 && q.runs[i].seq.LEQ(seq) {
+		// The usual case after a loss, segments arriving in order behind the hole: extend the
+		// run in place (amortised by append) instead of copying it for every segment.
+		r := &q.runs[i]
+		if extra := end.Diff(r.end()); extra > 0 {
+			r.data = append(r.data, data[len(data)-extra:]...)
+			q.bytes += extra
+		}
+		q.last = i
+		return true
 	}
 	// Merge runs i..j-1 with the new data.
 	lo := minSeq(seq, q.runs[i].seq)
@@ -51,6 +70,7 @@ func (q *oooQueue) Insert(seq Seq, data []byte) {
 	q.runs[i] = run{lo, merged}
 	q.runs = append(q.runs[:i+1], q.runs[j:]...)
 	q.last = i
+	return true
 }
 
 // PopAt removes and returns runs that start at or below rcvNxt, trimmed to start at rcvNxt.

@@ -5,8 +5,6 @@ type scoreboard struct {
 	blocks []Block
 }
 
-func (sb *scoreboard) Reset() { sb.blocks = sb.blocks[:0] }
-
 // Add records a SACK block, ignoring blocks outside (una, max].
 func (sb *scoreboard) Add(b Block, una, sndMax Seq) {
 	if b.Right.LEQ(b.Left) || b.Right.LEQ(una) || b.Right.GT(sndMax) {
@@ -24,6 +22,9 @@ func (sb *scoreboard) Add(b Block, una, sndMax Seq) {
 		j++
 	}
 	if i == j {
+		if len(sb.blocks) >= maxRuns {
+			return // a peer reporting more holes than a vnet receiver keeps: ignore the excess
+		}
 		sb.blocks = append(sb.blocks, Block{})
 		copy(sb.blocks[i+1:], sb.blocks[i:])
 		sb.blocks[i] = b
@@ -104,5 +105,3 @@ func (sb *scoreboard) unsacked(lo, hi Seq) int {
 	}
 	return n
 }
-
-func (sb *scoreboard) Empty() bool { return len(sb.blocks) == 0 }

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net/netip"
@@ -452,4 +453,120 @@ func TestTimeWaitReusedByNewerSYNAndIgnoresRST(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.run(time.Second, "reopen", func() bool { ok, _ := c2.Established(); return ok })
+}
+
+// A data segment that also carries SACK blocks has less room for payload: the sender must send
+// fewer bytes, account for exactly what it sent, and put its FIN after the last byte.
+func TestSACKOptionsShrinkPayloadNotStream(t *testing.T) {
+	n, a, b := newTestNet(t, testConfig())
+	c, s := connect(t, n, a, b)
+	dropped := false
+	n.filter = func(from netip.Addr, seg *Segment) action {
+		if from == a.addr && !dropped && len(seg.Payload) > 0 {
+			dropped = true // a hole at s: its segments now carry SACK blocks
+			return drop
+		}
+		return pass
+	}
+	if _, err := c.Write(randomData(20*1448, 11)); err != nil {
+		t.Fatal(err)
+	}
+	n.run(time.Second, "hole at receiver", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.ooo.runs) > 0
+	})
+	// s answers with full-sized segments and a FIN while it still reports the hole.
+	want := randomData(14*1448, 12) // more than the initial window: the FIN rides on a later segment
+	if k, err := s.Write(want); err != nil || k != len(want) {
+		t.Fatal(k, err)
+	}
+	if err := s.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	buf := make([]byte, 64<<10)
+	n.run(time.Minute, "read to EOF", func() bool { return drain(t, c, buf, &got) })
+	sameData(t, got.Bytes(), want)
+}
+
+// With our receive window shut, a segment at RCV.NXT still delivers its ACK (RFC 9293 3.10.7.4):
+// its data is dropped, and the probe is answered at once.
+func TestZeroWindowStillProcessesACK(t *testing.T) {
+	cfg := testConfig()
+	cfg.RecvBuf = 64 << 10
+	n, a, b := newTestNet(t, cfg)
+	c, s := connect(t, n, a, b)
+	data := randomData(1<<20, 13)
+	off := 0
+	n.run(time.Minute, "fill", func() bool {
+		k, _ := c.Write(data[off:])
+		off += k
+		return s.Info().RcvWnd == 0 && s.rcvBuf.Free() == 0
+	})
+	// s has data of its own in flight towards c; only c's probe (below) acknowledges it.
+	n.filter = func(from netip.Addr, _ *Segment) action {
+		if from == a.addr {
+			return drop
+		}
+		return pass
+	}
+	if _, err := s.Write([]byte("reply")); err != nil {
+		t.Fatal(err)
+	}
+	n.clk.Advance(100 * time.Millisecond)
+	una := s.Info().InFlight
+	id := s.ID()
+	s.mu.Lock()
+	probe := Segment{SrcPort: id.RemotePort, DstPort: id.LocalPort, Seq: s.rcvNxt, Ack: s.sndMax, Flags: ACK,
+		Window: 1000, Payload: []byte{1}, Opts: Options{HasTS: true, TSVal: s.tsRecent + 1}}
+	buffered := s.rcvBuf.Len()
+	s.mu.Unlock()
+	inject(b, a.addr, &probe)
+	st := s.Info()
+	if st.InFlight != 0 || una == 0 {
+		t.Fatalf("ACK in a zero-window probe ignored: in flight %d before, %d after", una, st.InFlight)
+	}
+	if st.RcvBuffer != buffered {
+		t.Fatalf("probe data accepted into a full buffer: %d -> %d", buffered, st.RcvBuffer)
+	}
+}
+
+// A peer announcing an absurdly small MSS (the SACK-panic pattern, CVE-2019-11477) gets
+// Linux's floor of 88 bytes, so segment sizes stay positive with every option on.
+func TestTinyPeerMSSIsClamped(t *testing.T) {
+	n, a, b := newTestNet(t, testConfig())
+	l, err := b.mux.Listen(b.addr, 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syn := Segment{SrcPort: 4000, DstPort: 80, Seq: 1000, Flags: SYN, Window: 65535,
+		Opts: Options{HasMSS: true, MSS: 1, SACKPermitted: true, HasTS: true, TSVal: 1, HasWScale: true, WScale: 7}}
+	inject(b, a.addr, &syn)
+	var s *Conn
+	for _, c := range b.mux.Conns() {
+		s = c
+	}
+	if s == nil {
+		t.Fatal("no connection for the SYN")
+	}
+	s.mu.Lock()
+	ack := Segment{SrcPort: 4000, DstPort: 80, Seq: 1001, Ack: s.iss.Add(1), Flags: ACK, Window: 65535,
+		Opts: Options{HasTS: true, TSVal: 2}}
+	s.mu.Unlock()
+	inject(b, a.addr, &ack)
+	if _, err := l.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	// A hole at s, so its segments carry SACK blocks too.
+	hole := Segment{SrcPort: 4000, DstPort: 80, Seq: 1101, Ack: s.iss.Add(1), Flags: ACK, Window: 65535,
+		Payload: []byte("x"), Opts: Options{HasTS: true, TSVal: 3}}
+	inject(b, a.addr, &hole)
+	if _, err := s.Write(make([]byte, 10000)); err != nil {
+		t.Fatal(err)
+	}
+	n.clk.Advance(time.Second)
+	if in := s.Info(); in.MSS != 88-12 {
+		t.Fatalf("mss %d, want 76 (88 less timestamps)", in.MSS)
+	}
 }

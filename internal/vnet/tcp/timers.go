@@ -43,6 +43,16 @@ func (lt *ltimer) arm(at time.Duration) {
 
 func (lt *ltimer) stop() { lt.deadline = 0 }
 
+// release stops the timer for good, underlying timer included, so a closed connection is not
+// kept alive (and woken) by a retransmission or TIME-WAIT timer armed long ago.
+func (lt *ltimer) release() {
+	lt.deadline = 0
+	if lt.armed {
+		lt.t.Stop()
+		lt.armed = false
+	}
+}
+
 func (lt *ltimer) active() bool { return lt.deadline != 0 }
 
 func (lt *ltimer) fire() {
@@ -155,8 +165,7 @@ func (c *Conn) sendProbe() {
 	if c.sndWnd == 0 {
 		c.stats.ZeroWindowProbes++
 	}
-	c.sendData(c.sndNxt, n, false)
-	c.sndNxt = c.sndNxt.Add(n)
+	c.sndNxt = c.sndNxt.Add(c.sendData(c.sndNxt, n, false))
 	c.sndMax = maxSeq(c.sndMax, c.sndNxt)
 	c.persistBackoff++
 	c.rtxTimer.set(c.now() + min(c.rto<<min(c.persistBackoff, 16), c.cfg.MaxRTO))

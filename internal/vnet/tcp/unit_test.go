@@ -158,3 +158,29 @@ func TestRingGrowsAndWraps(t *testing.T) {
 		t.Fatalf("buffer %d cap %d free %d", len(r.buf), r.Cap(), r.Free())
 	}
 }
+
+// Out-of-order data extends runs in place and the number of holes is bounded, so a peer
+// scattering single bytes cannot make the receiver allocate per byte without limit.
+func TestOutOfOrderQueueBoundsHoles(t *testing.T) {
+	var q oooQueue
+	for k := 0; k < 2*maxRuns; k++ {
+		q.Insert(Seq(1000+2*k), []byte{byte(k)})
+	}
+	if len(q.runs) != maxRuns || q.bytes != maxRuns {
+		t.Fatalf("%d runs, %d bytes; want both %d", len(q.runs), q.bytes, maxRuns)
+	}
+	var r oooQueue
+	r.Insert(100, []byte("ab"))
+	r.Insert(102, []byte("cd"))
+	r.Insert(101, []byte("bcde"))
+	if len(r.runs) != 1 || string(r.runs[0].data) != "abcde" || r.bytes != 5 {
+		t.Fatalf("runs %+v, bytes %d", r.runs, r.bytes)
+	}
+	var sb scoreboard
+	for k := 0; k < 2*maxRuns; k++ {
+		sb.Add(Block{Seq(1000 + 2*k), Seq(1001 + 2*k)}, 0, 1<<20)
+	}
+	if len(sb.blocks) != maxRuns {
+		t.Fatalf("scoreboard kept %d blocks, want %d", len(sb.blocks), maxRuns)
+	}
+}
