@@ -12,6 +12,7 @@
 #define TC_ACT_UNSPEC (-1)
 #define TC_ACT_OK     0
 #define TC_ACT_SHOT   2
+#define TC_ACT_STOLEN 4
 
 #define ETH_P_IP     0x0800
 #define ETH_P_IPV6   0x86DD

@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* loss.bpf.c: random packet loss on a lab link's egress (the kernel here has no netem). Each
- * packet is dropped with probability loss_threshold / 2^32, decided per packet with
- * bpf_get_prandom_u32, so losses are independent (Bernoulli), as netem's "loss random". */
+/* loss.bpf.c: random packet loss on a lab link's egress (the kernel here has no netem), a
+ * cls_bpf program in direct-action mode on the clsact egress hook. Each packet is dropped with
+ * probability loss_threshold / 2^32, decided per packet with bpf_get_prandom_u32, so losses are
+ * independent (Bernoulli), as netem's "loss random".
+ *
+ * A lost packet is consumed with TC_ACT_STOLEN, not TC_ACT_SHOT: SHOT makes the send fail
+ * (NET_XMIT_DROP), and the sender's TCP then takes it for local congestion and requeues the
+ * segment instead of losing it on the wire; STOLEN reports success, as netem does. (tcx turns
+ * STOLEN into "next program", hence cls_bpf.) */
 #include "common.h"
 #include "stats.h"
 
@@ -22,10 +28,10 @@ int lab_loss(struct __sk_buff *skb)
 {
 	if ((__u64)bpf_get_prandom_u32() < loss_threshold) {
 		fp_count(&loss_stats, LOSS_STAT_DROPPED);
-		return TC_ACT_SHOT;
+		return TC_ACT_STOLEN;
 	}
 	fp_count(&loss_stats, LOSS_STAT_PASSED);
-	return TC_ACT_UNSPEC; /* let later tcx programs run */
+	return TC_ACT_UNSPEC; /* let later filters run */
 }
 
 char _license[] SEC("license") = "Dual BSD/GPL";

@@ -3,16 +3,21 @@ package lab_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/lab/labtest"
+	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/testenv"
 )
@@ -153,7 +158,7 @@ func TestDownLeavesNothingBehind(t *testing.T) {
 }
 
 // TestFailedUpRollsBack makes the last step of Up fail (a pin is already where the last loss
-// program wants to pin its link) and checks Up removed everything it had made.
+// program wants to pin its counters) and checks Up removed everything it had made.
 func TestFailedUpRollsBack(t *testing.T) {
 	testenv.Privileged(t)
 	name := "r" + testenv.Name("")[2:]
@@ -172,7 +177,7 @@ func TestFailedUpRollsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if err := m.Pin(filepath.Join(dir, "link")); err != nil {
+	if err := m.Pin(filepath.Join(dir, "stats")); err != nil {
 		t.Fatal(err)
 	}
 	_, err = lab.Up("rollback.yaml", []byte(yaml), top)
@@ -209,5 +214,67 @@ func assertGone(t *testing.T, name string) {
 	out := string(data)
 	if strings.Contains(out, lab.IfName(name, "")) {
 		t.Errorf("host namespace has lab interfaces:\n%s", out)
+	}
+}
+
+// TestLossIsHiddenFromTheSender: a packet lost on the link must look sent to the sender, as on a
+// wire (and as netem does). A send error would make TCP treat loss as local congestion.
+func TestLossIsHiddenFromTheSender(t *testing.T) {
+	l := labtest.Up(t, `
+nodes: {h1: {}, h2: {}}
+links:
+  - endpoints: [h1, h2]
+    loss: 50%
+`)
+	// A permanent neighbour entry: 50% loss could otherwise starve ARP and fail sends with
+	// EHOSTUNREACH, which is not what this test is about.
+	var sink, conn net.PacketConn
+	var mac net.HardwareAddr
+	h1, h2 := l.Topology.Node("h1").Ifaces[0], l.Topology.Node("h2").Ifaces[0]
+	if err := nsrun.Do(l.Netns("h2"), func() (err error) {
+		dev, err := netlink.LinkByName(l.IfName(h2))
+		if err != nil {
+			return err
+		}
+		mac = dev.Attrs().HardwareAddr
+		sink, err = net.ListenPacket("udp4", ":9")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nsrun.Do(l.Netns("h1"), func() error {
+		dev, err := netlink.LinkByName(l.IfName(h1))
+		if err != nil {
+			return err
+		}
+		return netlink.NeighSet(&netlink.Neigh{LinkIndex: dev.Attrs().Index, IP: h2.IPv4.Addr().AsSlice(), HardwareAddr: mac, State: netlink.NUD_PERMANENT})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	// IP_RECVERR makes UDP report local send failures (without it the kernel hides ENOBUFS).
+	recverr := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_RECVERR, 1) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	if err := nsrun.Do(l.Netns("h1"), func() (err error) {
+		conn, err = recverr.ListenPacket(context.Background(), "udp4", ":0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	dst := &net.UDPAddr{IP: h2.IPv4.Addr().AsSlice(), Port: 9}
+	for i := range 1000 {
+		if _, err := conn.WriteTo([]byte("x"), dst); err != nil {
+			t.Fatalf("send %d failed: %v", i, err)
+		}
+	}
+	c, _, err := l.ReadLoss(h1)
+	if err != nil || c.Dropped == 0 {
+		t.Fatalf("the loss program dropped nothing (%+v, %v)", c, err)
 	}
 }

@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/topo"
@@ -16,7 +17,7 @@ import (
 
 //go:generate go tool bpf2go -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror" -type loss_stat loss ../../bpf/lab/loss.bpf.c -- -I../../bpf/include
 
-// lossPinDir holds the tcx link and the counters of one interface's loss program.
+// lossPinDir holds the counters of one interface's loss program.
 func (l *Lab) lossPinDir(ifc *topo.Iface) string {
 	return pin.Path("lab", l.Name(), ifc.Node.Name, ifc.Name)
 }
@@ -27,9 +28,10 @@ func lossThreshold(percent float64) uint64 {
 }
 
 // attachLoss loads one loss program for the interface (its probability is a load-time
-// constant), attaches it to tcx egress and pins link and counters. Runs in the node's
-// namespace: tcx resolves the ifindex there.
-func (l *Lab) attachLoss(ifc *topo.Iface, ifindex int) error {
+// constant), attaches it as a direct-action cls_bpf filter on clsact egress (see loss.bpf.c for
+// why not tcx) and pins its counters. Runs in the node's namespace. The filter holds the
+// program; deleting the namespace removes both.
+func (l *Lab) attachLoss(ifc *topo.Iface, dev netlink.Link) error {
 	spec, err := loadLoss()
 	if err != nil {
 		return fmt.Errorf("load loss program spec: %w", err)
@@ -42,17 +44,22 @@ func (l *Lab) attachLoss(ifc *topo.Iface, ifindex int) error {
 		return fmt.Errorf("load loss program: %w", err)
 	}
 	defer objs.Close()
-	lnk, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: objs.LabLoss, Attach: ebpf.AttachTCXEgress})
-	if err != nil {
-		return fmt.Errorf("attach loss program to tcx egress of %s: %w", l.IfName(ifc), err)
+	clsact := &netlink.GenericQdisc{QdiscType: "clsact",
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: dev.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}}
+	if err := netlink.QdiscAdd(clsact); err != nil {
+		return fmt.Errorf("add clsact qdisc: %w", err)
 	}
-	defer lnk.Close()
+	filter := &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: dev.Attrs().Index, Parent: netlink.HANDLE_MIN_EGRESS,
+			Handle: 1, Priority: 1, Protocol: unix.ETH_P_ALL},
+		Fd: objs.LabLoss.FD(), Name: "flowplane-lab-loss", DirectAction: true,
+	}
+	if err := netlink.FilterAdd(filter); err != nil {
+		return fmt.Errorf("attach loss program to egress of %s: %w", l.IfName(ifc), err)
+	}
 	dir, err := pin.Dir("lab", l.Name(), ifc.Node.Name, ifc.Name)
 	if err != nil {
 		return err
-	}
-	if err := lnk.Pin(filepath.Join(dir, "link")); err != nil {
-		return fmt.Errorf("pin loss link: %w", err)
 	}
 	if err := objs.LossStats.Pin(filepath.Join(dir, "stats")); err != nil {
 		return fmt.Errorf("pin loss counters: %w", err)

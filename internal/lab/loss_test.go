@@ -9,8 +9,8 @@ import (
 )
 
 const (
-	tcActShot   = 2
-	tcActUnspec = 0xffffffff // -1: pass on to the next tcx program
+	tcActStolen = 4
+	tcActUnspec = 0xffffffff // -1: pass on to the next filter
 )
 
 // TestLossProgram runs the loss program on crafted packets at 0% and 100% and checks verdict,
@@ -27,7 +27,7 @@ func TestLossProgram(t *testing.T) {
 		wantFrame bool
 	}{
 		{percent: 0, verdict: tcActUnspec, passed: 50, runs: 50, wantFrame: true},
-		{percent: 100, verdict: tcActShot, dropped: 50, runs: 50},
+		{percent: 100, verdict: tcActStolen, dropped: 50, runs: 50},
 	} {
 		spec, err := loadLoss()
 		if err != nil {

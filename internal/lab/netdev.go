@@ -103,7 +103,7 @@ func (l *Lab) setupIface(ifc *topo.Iface) error {
 		}
 	}
 	if ifc.Link.HasLoss {
-		if err := l.attachLoss(ifc, dev.Attrs().Index); err != nil {
+		if err := l.attachLoss(ifc, dev); err != nil {
 			return err
 		}
 	}

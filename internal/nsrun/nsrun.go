@@ -18,8 +18,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+const runDir = "/run/netns"
+
 // Path is where a named namespace is bound.
-func Path(name string) string { return "/run/netns/" + name }
+func Path(name string) string { return runDir + "/" + name }
 
 // Do runs fn on an OS thread inside namespace ns, on a goroutine of its own. Afterwards the
 // thread returns to its namespace; if it cannot, it stays locked and the runtime ends it with
@@ -85,6 +87,9 @@ func Output(ns string, cmd *exec.Cmd) ([]byte, error) {
 
 // Create makes a named network namespace, as `ip netns add` does.
 func Create(name string) error {
+	if err := sharedRunDir(); err != nil {
+		return err
+	}
 	return onThread(func() error {
 		h, err := netns.NewNamed(name) // unshares the calling thread into it
 		if err != nil {
@@ -92,6 +97,28 @@ func Create(name string) error {
 		}
 		return h.Close()
 	})
+}
+
+// sharedRunDir makes /run/netns a mount point with shared propagation, as iproute2 does before
+// its first `ip netns add`. Without it, a later `ip netns add` turns /run/netns into a mount point
+// itself and hides the namespaces bound before, which can then no longer be deleted.
+func sharedRunDir() error {
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return err
+	}
+	for bound := false; ; bound = true {
+		err := unix.Mount("", runDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+		if err == nil {
+			return nil
+		}
+		if err != unix.EINVAL || bound {
+			return fmt.Errorf("make %s shared: %w", runDir, err)
+		}
+		// EINVAL: not a mount point yet. Bind it onto itself, then make that shared.
+		if err := unix.Mount(runDir, runDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", runDir, err)
+		}
+	}
 }
 
 // Delete removes a named network namespace. The kernel frees it, and the veths in it, once no
