@@ -12,6 +12,7 @@ import (
 
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/lab"
+	"github.com/flowplane/flowplane/internal/tune"
 	"github.com/flowplane/flowplane/internal/vnet"
 )
 
@@ -32,6 +33,7 @@ func main() {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.Usage(err) })
 	root.AddCommand(lab.Command())
+	root.AddCommand(tune.Command())
 	root.AddCommand(vnet.Command())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "flowplane: %v\n", err)

@@ -42,10 +42,16 @@ func (es Errors) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// Collector gathers the errors of one file.
+// Collector gathers the errors and warnings of one file.
 type Collector struct {
-	File string
-	Errs Errors
+	File     string
+	Errs     Errors
+	Warnings []string // accepted, but worth saying: "file:line: field: message"
+}
+
+// Warn records something accepted that the user should know.
+func (c *Collector) Warn(line int, field, format string, args ...any) {
+	c.Warnings = append(c.Warnings, Error{File: c.File, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)}.Error())
 }
 
 // Add records a problem at line in field.

@@ -1,0 +1,583 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* tune.bpf.c: per-connection TCP tuning from a declarative policy. A sock_ops program on a
+ * cgroup v2 picks the first rule whose prefixes (two LPM tries: remote and local address, each
+ * answering "which rules contain this address" as a bit set), ports, direction and sample
+ * select the connection, and applies the rule's profile at the callbacks where the kernel
+ * accepts each setting. Every bpf_setsockopt result is counted per setting and errno. Policies
+ * live in two generations; user space fills the idle one and flips tune_gen, so a re-apply
+ * never detaches and never leaves a window with no policy. The program always returns 1. */
+#include "common.h"
+#include "stats.h"
+#include "tune.h"
+
+#define AF_INET		   2
+#define AF_INET6	   10
+#define SOL_SOCKET	   1
+#define SO_SNDBUF	   7
+#define SO_RCVBUF	   8
+#define SO_KEEPALIVE	   9
+#define SO_PRIORITY	   12
+#define SO_MARK		   36
+#define SO_MAX_PACING_RATE 47
+#define SOL_TCP		   6
+#define TCP_NODELAY	   1
+#define TCP_MAXSEG	   2
+#define TCP_KEEPIDLE	   4
+#define TCP_KEEPINTVL	   5
+#define TCP_KEEPCNT	   6
+#define TCP_WINDOW_CLAMP   10
+#define TCP_CONGESTION	   13
+#define TCP_USER_TIMEOUT   18
+#define TCP_NOTSENT_LOWAT  25
+#define TCP_RTO_MAX_MS	   44
+#define SOL_IP		   0
+#define IP_TOS		   1
+#define SOL_IPV6	   41
+#define IPV6_TCLASS	   67
+
+/* Jiffies per second of the running kernel, from its config (never a constant). */
+extern unsigned int CONFIG_HZ __kconfig;
+
+/* key = 0, value = the live generation (TUNE_GEN_MASK) | TUNE_NEED_* flags */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} tune_gen SEC(".maps");
+
+/* key = gen * TUNE_MAX_RULES + rule, value = struct tune_rule */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tune_rule);
+	__uint(max_entries, 2 * TUNE_MAX_RULES);
+} tune_rules SEC(".maps");
+
+/* key = gen * TUNE_MAX_PROFILES + profile, value = struct tune_profile */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tune_profile);
+	__uint(max_entries, 2 * TUNE_MAX_PROFILES);
+} tune_profiles SEC(".maps");
+
+/* key = struct tune_lpm_key of the remote address, value = struct tune_ruleset containing it */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct tune_lpm_key);
+	__type(value, struct tune_ruleset);
+	__uint(max_entries, 2 * (TUNE_MAX_RULES + 2));
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} tune_remote SEC(".maps");
+
+/* key = struct tune_lpm_key of the local address, value = struct tune_ruleset containing it */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct tune_lpm_key);
+	__type(value, struct tune_ruleset);
+	__uint(max_entries, 2 * (TUNE_MAX_RULES + 2));
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} tune_local SEC(".maps");
+
+/* key = (gen * TUNE_MAX_RULES + rule) * 2 + arm (0 treated, 1 sampled out), value = per-CPU
+ * connection count */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 4 * TUNE_MAX_RULES);
+} tune_hits SEC(".maps");
+
+/* key = enum tune_stat, value = per-CPU count */
+FP_COUNTERS(tune_stats, enum tune_stat, TUNE_STAT_MAX);
+
+/* key = enum tune_setting, value = per-CPU count of settings the kernel accepted */
+FP_COUNTERS(tune_applied, enum tune_setting, TUNE_SET_MAX);
+
+/* key = struct tune_err_key (errno, setting), value = per-CPU count of kernel refusals */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__type(key, struct tune_err_key);
+	__type(value, __u64);
+	__uint(max_entries, 1024);
+} tune_errors SEC(".maps");
+
+/* socket storage: key = the socket, value = struct tune_sk (its rule and profile) */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tune_sk);
+} tune_sks SEC(".maps");
+
+/* A connection as the rules see it; an IPv4-mapped IPv6 address counts as IPv4. */
+struct flow {
+	__u32 raddr[4];
+	__u32 laddr[4];
+	__u16 rport;
+	__u16 lport;
+	__u8 family; /* 4 or 6 */
+	__u8 dir;    /* TUNE_DIR_* */
+};
+
+static __always_inline int is_v4mapped(const __u32 *a)
+{
+	return a[0] == 0 && a[1] == 0 && a[2] == bpf_htonl(0xffff);
+}
+
+static __always_inline void flow_of(struct bpf_sock_ops *s, struct flow *f, __u8 dir)
+{
+	__builtin_memset(f, 0, sizeof(*f));
+	f->dir = dir;
+	f->rport = bpf_ntohl(s->remote_port);
+	f->lport = s->local_port;
+	if (s->family == AF_INET) {
+		f->family = 4;
+		f->raddr[0] = s->remote_ip4;
+		f->laddr[0] = s->local_ip4;
+		return;
+	}
+	f->raddr[0] = s->remote_ip6[0];
+	f->raddr[1] = s->remote_ip6[1];
+	f->raddr[2] = s->remote_ip6[2];
+	f->raddr[3] = s->remote_ip6[3];
+	f->laddr[0] = s->local_ip6[0];
+	f->laddr[1] = s->local_ip6[1];
+	f->laddr[2] = s->local_ip6[2];
+	f->laddr[3] = s->local_ip6[3];
+	f->family = 6;
+	if (is_v4mapped(f->raddr)) {
+		f->family = 4;
+		f->raddr[0] = f->raddr[3];
+		f->laddr[0] = f->laddr[3];
+		f->raddr[1] = f->raddr[2] = f->raddr[3] = 0;
+		f->laddr[1] = f->laddr[2] = f->laddr[3] = 0;
+	}
+}
+
+/* flow_hash mixes the 4-tuple (murmur3 steps and finalizer); Go's flowHash is the same. */
+static __always_inline __u32 mix(__u32 h, __u32 w)
+{
+	w *= 0xcc9e2d51;
+	w = (w << 15) | (w >> 17);
+	w *= 0x1b873593;
+	h ^= w;
+	h = (h << 13) | (h >> 19);
+	return h * 5 + 0xe6546b64;
+}
+
+static __always_inline __u32 flow_hash(const struct flow *f)
+{
+	__u32 h = 0x666c6f77; /* "flow" */
+
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		h = mix(h, f->raddr[i]);
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		h = mix(h, f->laddr[i]);
+	h = mix(h, ((__u32)f->rport << 16) | f->lport);
+	h ^= h >> 16;
+	h *= 0x85ebca6b;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35;
+	h ^= h >> 16;
+	return h;
+}
+
+/* de Bruijn table: the index of a 64-bit word's only set bit. */
+static const __u8 debruijn[64] = {
+    0,	1,  48, 2,  57, 49, 28, 3,  61, 58, 50, 42, 38, 29, 17, 4,  62, 55, 59, 36, 53, 51,
+    43, 22, 45, 39, 33, 30, 24, 18, 12, 5,  63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21,
+    44, 32, 23, 11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,	6,
+};
+
+static __always_inline int rule_selects(const struct tune_rule *r, const struct flow *f)
+{
+	return (r->dir & f->dir) && f->rport >= r->rport_lo && f->rport <= r->rport_hi &&
+	       f->lport >= r->lport_lo && f->lport <= r->lport_hi;
+}
+
+/* Open-coded numeric iterators (kfuncs): the verifier checks a loop body until its states
+ * converge instead of once per iteration, which keeps the two nested scans cheap to load. */
+extern int bpf_iter_num_new(struct bpf_iter_num *it, int start, int end) __ksym;
+extern int *bpf_iter_num_next(struct bpf_iter_num *it) __ksym;
+extern void bpf_iter_num_destroy(struct bpf_iter_num *it) __ksym;
+
+/* scan returns the first rule in both sets that also selects ports and direction, or -1. */
+static __always_inline __s32 scan(const struct tune_ruleset *rs, const struct tune_ruleset *ls,
+				  const struct flow *f, __u32 base)
+{
+	struct bpf_iter_num words, bits_it;
+	__s32 found = -1;
+	int *w, *b;
+
+	bpf_iter_num_new(&words, 0, TUNE_WORDS);
+	while ((w = bpf_iter_num_next(&words))) {
+		__u32 i = *w & (TUNE_WORDS - 1);
+		__u64 bits = rs->w[i] & ls->w[i];
+
+		if (!bits)
+			continue;
+		bpf_iter_num_new(&bits_it, 0, 64);
+		while (bits && (b = bpf_iter_num_next(&bits_it))) {
+			__u64 low = bits & -bits;
+			__u32 idx = i * 64 + debruijn[(low * 0x03f79d71b4ca8b09ULL) >> 58];
+			__u32 key = base + idx;
+			struct tune_rule *r = bpf_map_lookup_elem(&tune_rules, &key);
+
+			if (r && rule_selects(r, f)) {
+				found = idx;
+				break;
+			}
+			bits &= bits - 1;
+		}
+		bpf_iter_num_destroy(&bits_it);
+		if (found >= 0)
+			break;
+	}
+	bpf_iter_num_destroy(&words);
+	return found;
+}
+
+static __always_inline void lpm_key(struct tune_lpm_key *k, __u32 gen, const struct flow *f,
+				    const __u32 *addr)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	k->prefixlen = 16 + (f->family == 4 ? 32 : 128);
+	k->gen = gen;
+	k->family = f->family;
+	__builtin_memcpy(k->addr, addr, 16);
+}
+
+/* match finds the connection's rule. It returns the profile (or NULL: no rule, or sampled
+ * out) and sets *rule_key to the rule's absolute index (-1 without one), *arm to the arm. */
+static __always_inline struct tune_profile *match(const struct flow *f, __s32 *rule_key, __u32 *arm)
+{
+	struct tune_ruleset *remote, *local;
+	struct tune_lpm_key k;
+	struct tune_rule *r;
+	__s32 found;
+	__u32 zero = 0, gen, key;
+	__u32 *g;
+
+	*rule_key = -1;
+	*arm = 0;
+	g = bpf_map_lookup_elem(&tune_gen, &zero);
+	if (!g)
+		return NULL;
+	gen = *g & TUNE_GEN_MASK;
+	lpm_key(&k, gen, f, f->raddr);
+	remote = bpf_map_lookup_elem(&tune_remote, &k);
+	lpm_key(&k, gen, f, f->laddr);
+	local = bpf_map_lookup_elem(&tune_local, &k);
+	if (!remote || !local)
+		return NULL;
+	found = scan(remote, local, f, gen * TUNE_MAX_RULES);
+	if (found < 0 || found >= TUNE_MAX_RULES)
+		return NULL;
+	key = gen * TUNE_MAX_RULES + found;
+	*rule_key = key;
+	r = bpf_map_lookup_elem(&tune_rules, &key);
+	if (!r)
+		return NULL;
+	if (r->sample < (1ULL << 32) && (__u64)flow_hash(f) >= r->sample) {
+		*arm = 1;
+		return NULL;
+	}
+	key = gen * TUNE_MAX_PROFILES + (r->profile & (TUNE_MAX_PROFILES - 1));
+	return bpf_map_lookup_elem(&tune_profiles, &key);
+}
+
+static __always_inline void count_hit(__s32 rule_key, __u32 arm)
+{
+	if (rule_key < 0) {
+		fp_count(&tune_stats, TUNE_STAT_UNMATCHED);
+		return;
+	}
+	fp_count(&tune_stats, arm ? TUNE_STAT_SAMPLED_OUT : TUNE_STAT_MATCHED);
+	fp_count(&tune_hits, (__u32)rule_key * 2 + arm);
+}
+
+static __always_inline void result(enum tune_setting which, long err)
+{
+	struct tune_err_key k = {.err = err, .setting = which};
+	__u64 one = 1, *v;
+
+	if (err == 0) {
+		fp_count(&tune_applied, which);
+		return;
+	}
+	v = bpf_map_lookup_elem(&tune_errors, &k);
+	if (v)
+		*v += 1;
+	else
+		bpf_map_update_elem(&tune_errors, &k, &one, BPF_NOEXIST);
+}
+
+static __always_inline int has(const struct tune_profile *p, enum tune_setting which)
+{
+	return p->set & (1U << which);
+}
+
+static __always_inline void set_int(struct bpf_sock_ops *s, int level, int opt, int val,
+				    enum tune_setting which)
+{
+	result(which, bpf_setsockopt(s, level, opt, &val, sizeof(val)));
+}
+
+static __always_inline void set_cc(struct bpf_sock_ops *s, const char *name,
+				   enum tune_setting which)
+{
+	char cc[TUNE_CC_LEN];
+
+	__builtin_memcpy(cc, name, TUNE_CC_LEN);
+	cc[TUNE_CC_LEN - 1] = 0;
+	result(which, bpf_setsockopt(s, SOL_TCP, TCP_CONGESTION, cc, sizeof(cc)));
+}
+
+/* apply_socket applies what must precede the SYN on an active open (buffers, MSS, congestion
+ * control); a passive open gets them once established. A global function: the verifier checks
+ * it once, not at every call site. */
+__noinline int apply_socket(struct bpf_sock_ops *s, const struct tune_profile *p)
+{
+	if (!p)
+		return 0;
+	if (has(p, TUNE_SET_CONGESTION))
+		set_cc(s, p->congestion, TUNE_SET_CONGESTION);
+	if (has(p, TUNE_SET_SNDBUF))
+		set_int(s, SOL_SOCKET, SO_SNDBUF, p->snd_buf, TUNE_SET_SNDBUF);
+	if (has(p, TUNE_SET_RCVBUF))
+		set_int(s, SOL_SOCKET, SO_RCVBUF, p->rcv_buf, TUNE_SET_RCVBUF);
+	if (has(p, TUNE_SET_MSS))
+		set_int(s, SOL_TCP, TCP_MAXSEG, p->mss, TUNE_SET_MSS);
+	if (has(p, TUNE_SET_WINDOW_CLAMP))
+		set_int(s, SOL_TCP, TCP_WINDOW_CLAMP, p->window_clamp, TUNE_SET_WINDOW_CLAMP);
+	if (has(p, TUNE_SET_PACING))
+		set_int(s, SOL_SOCKET, SO_MAX_PACING_RATE, p->max_pacing_rate, TUNE_SET_PACING);
+	if (has(p, TUNE_SET_MARK))
+		set_int(s, SOL_SOCKET, SO_MARK, p->mark, TUNE_SET_MARK);
+	if (has(p, TUNE_SET_PRIORITY))
+		set_int(s, SOL_SOCKET, SO_PRIORITY, p->priority, TUNE_SET_PRIORITY);
+	if (has(p, TUNE_SET_TOS)) {
+		if (s->family == AF_INET)
+			set_int(s, SOL_IP, IP_TOS, p->tos, TUNE_SET_TOS);
+		else
+			set_int(s, SOL_IPV6, IPV6_TCLASS, p->tos, TUNE_SET_TOS);
+	}
+	if (has(p, TUNE_SET_NOTSENT_LOWAT))
+		set_int(s, SOL_TCP, TCP_NOTSENT_LOWAT, p->notsent_lowat, TUNE_SET_NOTSENT_LOWAT);
+	if (has(p, TUNE_SET_NODELAY))
+		set_int(s, SOL_TCP, TCP_NODELAY, p->nodelay, TUNE_SET_NODELAY);
+	if (has(p, TUNE_SET_KEEPALIVE))
+		set_int(s, SOL_SOCKET, SO_KEEPALIVE, 1, TUNE_SET_KEEPALIVE);
+	if (has(p, TUNE_SET_KEEPIDLE))
+		set_int(s, SOL_TCP, TCP_KEEPIDLE, p->keep_idle, TUNE_SET_KEEPIDLE);
+	if (has(p, TUNE_SET_KEEPINTVL))
+		set_int(s, SOL_TCP, TCP_KEEPINTVL, p->keep_intvl, TUNE_SET_KEEPINTVL);
+	if (has(p, TUNE_SET_KEEPCNT))
+		set_int(s, SOL_TCP, TCP_KEEPCNT, p->keep_cnt, TUNE_SET_KEEPCNT);
+	if (has(p, TUNE_SET_USER_TIMEOUT))
+		set_int(s, SOL_TCP, TCP_USER_TIMEOUT, p->user_timeout_ms, TUNE_SET_USER_TIMEOUT);
+	if (has(p, TUNE_SET_RTO_MAX))
+		set_int(s, SOL_TCP, TCP_RTO_MAX_MS, p->rto_max_ms, TUNE_SET_RTO_MAX);
+	return 0;
+}
+
+/* apply_established applies what the kernel takes only on an established connection (global,
+ * as apply_socket). */
+__noinline int apply_established(struct bpf_sock_ops *s, const struct tune_profile *p)
+{
+	if (!p)
+		return 0;
+	if (has(p, TUNE_SET_INIT_CWND))
+		set_int(s, SOL_TCP, TCP_BPF_IW, p->init_cwnd, TUNE_SET_INIT_CWND);
+	if (has(p, TUNE_SET_CWND_CLAMP))
+		set_int(s, SOL_TCP, TCP_BPF_SNDCWND_CLAMP, p->cwnd_clamp, TUNE_SET_CWND_CLAMP);
+	if (has(p, TUNE_SET_RTO_MIN))
+		set_int(s, SOL_TCP, TCP_BPF_RTO_MIN, p->rto_min_us, TUNE_SET_RTO_MIN);
+	if (has(p, TUNE_SET_DELACK_MAX))
+		set_int(s, SOL_TCP, TCP_BPF_DELACK_MAX, p->delack_max_us, TUNE_SET_DELACK_MAX);
+	if (p->react_on) {
+		__u32 flags = s->bpf_sock_ops_cb_flags;
+
+		if (p->react_on & TUNE_REACT_RETRANS)
+			flags |= BPF_SOCK_OPS_RETRANS_CB_FLAG;
+		if (p->react_on & TUNE_REACT_RTO)
+			flags |= BPF_SOCK_OPS_RTO_CB_FLAG;
+		result(TUNE_SET_REACT_CALLBACKS, bpf_sock_ops_cb_flags_set(s, flags));
+	}
+	return 0;
+}
+
+static __always_inline struct tune_profile *stored_profile(struct bpf_sock_ops *s,
+							   struct tune_sk **ts)
+{
+	struct bpf_sock *sk = s->sk;
+
+	*ts = NULL;
+	if (!sk)
+		return NULL;
+	*ts = bpf_sk_storage_get(&tune_sks, sk, 0, 0);
+	if (!*ts)
+		return NULL;
+	return bpf_map_lookup_elem(&tune_profiles, &(*ts)->profile);
+}
+
+/* remember stores a reactive connection's profile for its RETRANS / RTO callbacks. Other
+ * connections store nothing: matching again is cheaper than socket storage. */
+static __always_inline void remember(struct bpf_sock_ops *s, __s32 rule_key,
+				     const struct tune_profile *p)
+{
+	struct bpf_sock *sk = s->sk;
+	struct tune_sk *ts;
+	__u32 zero = 0, gen, key;
+	struct tune_rule *r;
+	__u32 *g;
+
+	if (!sk || rule_key < 0 || !p->react_on)
+		return;
+	g = bpf_map_lookup_elem(&tune_gen, &zero);
+	key = rule_key;
+	r = bpf_map_lookup_elem(&tune_rules, &key);
+	if (!g || !r)
+		return;
+	gen = *g & TUNE_GEN_MASK;
+	ts = bpf_sk_storage_get(&tune_sks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!ts) {
+		fp_count(&tune_stats, TUNE_STAT_NO_STORAGE);
+		return;
+	}
+	ts->rule = key;
+	ts->profile = gen * TUNE_MAX_PROFILES + (r->profile & (TUNE_MAX_PROFILES - 1));
+	ts->reacted = 0;
+}
+
+/* needs reports whether any profile of the live policy needs a callback (TUNE_NEED_*). */
+static __always_inline int needs(__u32 need)
+{
+	__u32 zero = 0, *g;
+
+	g = bpf_map_lookup_elem(&tune_gen, &zero);
+	return g && (*g & need);
+}
+
+/* react applies a profile's reactive settings once, when a trigger it enabled passes its
+ * threshold; then it stops the connection's callbacks. */
+static __always_inline void react(struct bpf_sock_ops *s, __u32 trigger, __u32 count)
+{
+	struct tune_profile *p;
+	struct tune_sk *ts;
+
+	p = stored_profile(s, &ts);
+	if (!p || !ts || ts->reacted || !(p->react_on & trigger))
+		return;
+	if (count <= (trigger == TUNE_REACT_RTO ? p->react_rtos : p->react_retrans))
+		return;
+	ts->reacted = 1;
+	fp_count(&tune_stats, TUNE_STAT_REACTED);
+	if (has(p, TUNE_SET_REACT_CONGESTION))
+		set_cc(s, p->react_congestion, TUNE_SET_REACT_CONGESTION);
+	if (has(p, TUNE_SET_REACT_CWND_CLAMP))
+		set_int(s, SOL_TCP, TCP_BPF_SNDCWND_CLAMP, p->react_cwnd_clamp,
+			TUNE_SET_REACT_CWND_CLAMP);
+	bpf_sock_ops_cb_flags_set(s, s->bpf_sock_ops_cb_flags & ~(BPF_SOCK_OPS_RETRANS_CB_FLAG |
+								  BPF_SOCK_OPS_RTO_CB_FLAG));
+}
+
+SEC("sockops")
+int tune_sockops(struct bpf_sock_ops *s)
+{
+	__u32 op = s->op, need = 0, dir = TUNE_DIR_ACTIVE, arm;
+	struct tune_profile *p;
+	struct flow f;
+	__s32 rule_key;
+
+	/* Which callbacks need a match, and in which direction. One match call site keeps the
+	 * verifier's work (and the program) small. */
+	switch (op) {
+	case BPF_SOCK_OPS_TCP_CONNECT_CB:
+		fp_count(&tune_stats, TUNE_STAT_ACTIVE);
+		break;
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+		fp_count(&tune_stats, TUNE_STAT_PASSIVE);
+		dir = TUNE_DIR_PASSIVE;
+		break;
+	case BPF_SOCK_OPS_TIMEOUT_INIT:
+		need = TUNE_NEED_SYN_RTO;
+		break;
+	case BPF_SOCK_OPS_RWND_INIT:
+		need = TUNE_NEED_RWND;
+		break;
+	case BPF_SOCK_OPS_NEEDS_ECN:
+		need = TUNE_NEED_ECN;
+		break;
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+		need = TUNE_NEED_ESTABLISHED;
+		break;
+	case BPF_SOCK_OPS_RETRANS_CB:
+		/* total_retrans counts earlier retransmissions; args[1] is this one's segments */
+		fp_count(&tune_stats, TUNE_STAT_RETRANS_CB);
+		react(s, TUNE_REACT_RETRANS, s->total_retrans + s->args[1]);
+		return 1;
+	case BPF_SOCK_OPS_RTO_CB:
+		/* args[0] counts the earlier consecutive timeouts; this one makes one more */
+		fp_count(&tune_stats, TUNE_STAT_RTO_CB);
+		react(s, TUNE_REACT_RTO, s->args[0] + 1);
+		return 1;
+	default:
+		return 1;
+	}
+	if (need) {
+		/* nothing in the live policy needs this callback */
+		if (!needs(need))
+			return 1;
+		/* before the connection exists: the socket of an active open, or the request
+		 * socket of a passive one */
+		if (op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && !s->is_fullsock)
+			dir = TUNE_DIR_PASSIVE;
+	}
+	flow_of(s, &f, dir);
+	p = match(&f, &rule_key, &arm);
+	if (op == BPF_SOCK_OPS_TCP_CONNECT_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
+		count_hit(rule_key, arm);
+	if (!p)
+		return 1;
+
+	switch (op) {
+	case BPF_SOCK_OPS_TCP_CONNECT_CB:
+		apply_socket(s, p);
+		break;
+	case BPF_SOCK_OPS_TIMEOUT_INIT:
+		if (has(p, TUNE_SET_SYN_RTO)) {
+			s->reply = ((__u64)p->syn_rto_ms * CONFIG_HZ + 999) / 1000;
+			fp_count(&tune_applied, TUNE_SET_SYN_RTO);
+		}
+		break;
+	case BPF_SOCK_OPS_RWND_INIT:
+		if (has(p, TUNE_SET_INIT_RWND)) {
+			s->reply = p->init_rwnd;
+			fp_count(&tune_applied, TUNE_SET_INIT_RWND);
+		}
+		break;
+	case BPF_SOCK_OPS_NEEDS_ECN:
+		if (has(p, TUNE_SET_ECN)) {
+			s->reply = 1;
+			fp_count(&tune_applied, TUNE_SET_ECN);
+		}
+		break;
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+		remember(s, rule_key, p);
+		apply_established(s, p);
+		break;
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+		remember(s, rule_key, p);
+		apply_socket(s, p);
+		apply_established(s, p);
+		break;
+	}
+	return 1;
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,311 @@
+package tune
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/flowplane/flowplane/internal/pin"
+)
+
+//go:generate go tool bpf2go -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror" -type tune_profile -type tune_rule -type tune_lpm_key -type tune_ruleset -type tune_err_key -type tune_sk -type tune_stat -type tune_setting tune ../../bpf/tune/tune.bpf.c -- -I../../bpf/include
+
+// DefaultName is the policy instance the commands act on without --name.
+const DefaultName = "default"
+
+// stateDir keeps one record per applied policy: its file, YAML and cgroup, so status, explain
+// and remove work from any shell.
+const stateDir = "/run/flowplane/tune"
+
+// Record is what apply leaves behind for the other commands.
+type Record struct {
+	Name          string    `json:"name"`
+	File          string    `json:"file"`
+	YAML          string    `json:"yaml"`
+	Cgroup        string    `json:"cgroup"`
+	CreatedCgroup bool      `json:"created_cgroup"`
+	Generation    uint32    `json:"generation"`
+	Applied       time.Time `json:"applied"`
+}
+
+func recordPath(name string) string { return filepath.Join(stateDir, name+".json") }
+
+// LoadRecord reads an instance's record; os.ErrNotExist when none is applied.
+func LoadRecord(name string) (*Record, error) {
+	data, err := os.ReadFile(recordPath(name))
+	if err != nil {
+		return nil, err
+	}
+	var r Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("read %s: %w", recordPath(name), err)
+	}
+	return &r, nil
+}
+
+func saveRecord(r *Record) error {
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", stateDir, err)
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := recordPath(r.Name) + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("write tune record: %w", err)
+	}
+	return os.Rename(tmp, recordPath(r.Name))
+}
+
+func pinParts(name string) []string { return []string{"tune", name} }
+
+// mapPins names the pinned maps (files under the instance's pin directory).
+var mapPins = []struct {
+	file string
+	get  func(*tuneMaps) **ebpf.Map
+}{
+	{"gen", func(m *tuneMaps) **ebpf.Map { return &m.TuneGen }},
+	{"rules", func(m *tuneMaps) **ebpf.Map { return &m.TuneRules }},
+	{"profiles", func(m *tuneMaps) **ebpf.Map { return &m.TuneProfiles }},
+	{"remote", func(m *tuneMaps) **ebpf.Map { return &m.TuneRemote }},
+	{"local", func(m *tuneMaps) **ebpf.Map { return &m.TuneLocal }},
+	{"hits", func(m *tuneMaps) **ebpf.Map { return &m.TuneHits }},
+	{"stats", func(m *tuneMaps) **ebpf.Map { return &m.TuneStats }},
+	{"applied", func(m *tuneMaps) **ebpf.Map { return &m.TuneApplied }},
+	{"errors", func(m *tuneMaps) **ebpf.Map { return &m.TuneErrors }},
+}
+
+// openPinned opens an applied instance's maps.
+func openPinned(name string) (*tuneMaps, error) {
+	dir := pin.Path(pinParts(name)...)
+	m := &tuneMaps{}
+	for _, mp := range mapPins {
+		em, err := ebpf.LoadPinnedMap(filepath.Join(dir, mp.file), nil)
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("open pinned map %s: %w", mp.file, err)
+		}
+		*mp.get(m) = em
+	}
+	return m, nil
+}
+
+// ErrOtherCgroup is returned when a policy instance is re-applied to a different cgroup.
+var ErrOtherCgroup = errors.New("policy is applied to another cgroup")
+
+// ApplyOptions say where and under which name a policy goes.
+type ApplyOptions struct {
+	Name   string // instance, DefaultName when empty
+	Cgroup string // absolute cgroup v2 path; empty: create <cgroup2 mount>/fptune[-name]
+}
+
+// Apply loads pol into the kernel: the first time it creates (or takes) the cgroup, loads the
+// program with the tables filled, then attaches and pins; later it rewrites the idle
+// generation of the tables and flips tune_gen, so the attached program never goes away and
+// every connection sees one whole policy or the other.
+func Apply(pol *Policy, src []byte, k Kernel, opt ApplyOptions) (*Record, error) {
+	if opt.Name == "" {
+		opt.Name = DefaultName
+	}
+	c := compile(pol)
+	if rec, err := LoadRecord(opt.Name); err == nil {
+		if opt.Cgroup != "" && opt.Cgroup != rec.Cgroup {
+			return nil, fmt.Errorf("%w: %s is on %s; `flowplane tune remove` it (or use --name) before applying to %s", ErrOtherCgroup, opt.Name, rec.Cgroup, opt.Cgroup)
+		}
+		m, err := openPinned(opt.Name)
+		if err == nil {
+			defer m.Close()
+			next := (rec.Generation + 1) & 1
+			if err := fill(m, next, c); err != nil {
+				return nil, err
+			}
+			if err := m.TuneGen.Update(uint32(0), next|c.needs, ebpf.UpdateAny); err != nil {
+				return nil, fmt.Errorf("switch to the new policy: %w", err)
+			}
+			rec.Generation, rec.File, rec.YAML, rec.Applied = next, pol.File, string(src), time.Now()
+			slog.Debug("policy swapped", "name", opt.Name, "generation", next)
+			return rec, saveRecord(rec)
+		}
+		slog.Warn("stale tune record, applying afresh", "name", opt.Name, "err", err)
+	}
+	return applyNew(c, pol, src, opt)
+}
+
+func applyNew(c *compiled, pol *Policy, src []byte, opt ApplyOptions) (_ *Record, err error) {
+	rec := &Record{Name: opt.Name, File: pol.File, YAML: string(src), Cgroup: opt.Cgroup, Applied: time.Now()}
+	if rec.Cgroup == "" {
+		root, err := Cgroup2Mount()
+		if err != nil {
+			return nil, err
+		}
+		base := "fptune"
+		if opt.Name != DefaultName {
+			base += "-" + opt.Name
+		}
+		rec.Cgroup = filepath.Join(root, base)
+		if err := os.Mkdir(rec.Cgroup, 0o755); err == nil {
+			rec.CreatedCgroup = true
+		} else if !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("create cgroup %s: %w", rec.Cgroup, err)
+		}
+	}
+	defer func() {
+		if err != nil && rec.CreatedCgroup {
+			_ = removeCgroup(rec.Cgroup)
+		}
+	}()
+	spec, err := loadTune()
+	if err != nil {
+		return nil, fmt.Errorf("load tune program spec: %w", err)
+	}
+	var objs tuneObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return nil, fmt.Errorf("load tune program: %w", err)
+	}
+	defer objs.Close()
+	if err := fill(&objs.tuneMaps, 0, c); err != nil {
+		return nil, err
+	}
+	if err := objs.TuneGen.Update(uint32(0), c.needs, ebpf.UpdateAny); err != nil {
+		return nil, fmt.Errorf("set generation: %w", err)
+	}
+	dir, err := pin.Dir(pinParts(opt.Name)...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = pin.Remove(pinParts(opt.Name)...)
+		}
+	}()
+	for _, mp := range mapPins {
+		if err := (*mp.get(&objs.tuneMaps)).Pin(filepath.Join(dir, mp.file)); err != nil {
+			return nil, fmt.Errorf("pin map %s: %w", mp.file, err)
+		}
+	}
+	lnk, err := link.AttachCgroup(link.CgroupOptions{Path: rec.Cgroup, Attach: ebpf.AttachCGroupSockOps, Program: objs.TuneSockops})
+	if err != nil {
+		return nil, fmt.Errorf("attach sock_ops program to %s: %w", rec.Cgroup, err)
+	}
+	defer lnk.Close()
+	if err := lnk.Pin(filepath.Join(dir, "link")); err != nil {
+		return nil, fmt.Errorf("pin sock_ops link: %w", err)
+	}
+	if err := saveRecord(rec); err != nil {
+		_ = lnk.Unpin()
+		return nil, err
+	}
+	return rec, nil
+}
+
+// fill writes compiled policy c into generation gen of the tables, clearing what an earlier
+// policy left there first.
+func fill(m *tuneMaps, gen uint32, c *compiled) error {
+	base := gen * maxRules
+	zr := make([]tuneTuneRule, maxRules)
+	keys := make([]uint32, maxRules)
+	for i := range keys {
+		keys[i] = base + uint32(i)
+	}
+	copy(zr, c.bpfRules)
+	if _, err := m.TuneRules.BatchUpdate(keys, zr, nil); err != nil {
+		return fmt.Errorf("write rules: %w", err)
+	}
+	zp := make([]tuneTuneProfile, maxProfiles)
+	pkeys := make([]uint32, maxProfiles)
+	for i := range pkeys {
+		pkeys[i] = gen*maxProfiles + uint32(i)
+	}
+	copy(zp, c.profiles)
+	if _, err := m.TuneProfiles.BatchUpdate(pkeys, zp, nil); err != nil {
+		return fmt.Errorf("write profiles: %w", err)
+	}
+	// Hits of this generation start from zero.
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return err
+	}
+	zeros := make([]uint64, cpus)
+	for i := uint32(0); i < 2*maxRules; i++ {
+		if err := m.TuneHits.Update((gen*maxRules)*2+i, zeros, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("reset hits: %w", err)
+		}
+	}
+	for _, side := range []struct {
+		m  *ebpf.Map
+		es []trieEntry
+	}{{m.TuneRemote, c.remote}, {m.TuneLocal, c.local}} {
+		var stale []tuneTuneLpmKey
+		var k tuneTuneLpmKey
+		var v tuneTuneRuleset
+		it := side.m.Iterate()
+		for it.Next(&k, &v) {
+			if uint32(k.Gen) == gen {
+				stale = append(stale, k)
+			}
+		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("list address tries: %w", err)
+		}
+		for _, k := range stale {
+			if err := side.m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("clear address trie: %w", err)
+			}
+		}
+		for _, e := range side.es {
+			if err := side.m.Update(lpmKey(uint8(gen), e.prefix), tuneTuneRuleset{W: e.rules}, ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("write address trie entry %s: %w", e.prefix, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Remove detaches and unpins an instance, and removes the cgroup if apply created it.
+func Remove(name string) error {
+	if name == "" {
+		name = DefaultName
+	}
+	rec, recErr := LoadRecord(name)
+	dir := pin.Path(pinParts(name)...)
+	if recErr != nil && !errors.Is(recErr, os.ErrNotExist) {
+		return recErr
+	}
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) && recErr != nil {
+		return fmt.Errorf("no policy %q is applied", name)
+	}
+	if lnk, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); err == nil {
+		// Detach now, whoever else holds the link.
+		if err := lnk.Unpin(); err != nil {
+			lnk.Close()
+			return fmt.Errorf("unpin link: %w", err)
+		}
+		if err := lnk.Close(); err != nil {
+			return fmt.Errorf("detach: %w", err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("open pinned link: %w", err)
+	}
+	if err := pin.Remove(pinParts(name)...); err != nil {
+		return err
+	}
+	if rec != nil {
+		if rec.CreatedCgroup {
+			if err := removeCgroup(rec.Cgroup); err != nil {
+				return err
+			}
+		}
+		if err := os.Remove(recordPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,325 @@
+package tune
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/spf13/cobra"
+
+	"github.com/flowplane/flowplane/internal/cli"
+)
+
+// Command is `flowplane tune`.
+func Command() *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "tune",
+		Short: "Tune TCP per connection from a declarative policy (BPF sock_ops on a cgroup v2)",
+		Long: "tune attaches a sock_ops program to a cgroup v2; for each TCP connection of a process in that cgroup\n" +
+			"it picks the first rule matching the addresses, ports and direction and applies the rule's profile\n" +
+			"(SYN RTO, buffers, initial cwnd, cwnd clamp, congestion control, …). See docs/tune.md.",
+	}
+	cmd.PersistentFlags().StringVar(&name, "name", DefaultName, "policy instance (several can be applied to different cgroups)")
+	cmd.AddCommand(applyCmd(&name), runCmd(&name), explainCmd(&name), statusCmd(&name), removeCmd(&name))
+	return cmd
+}
+
+// loadPolicy reads and validates a policy file; every problem is a usage error.
+func loadPolicy(file string, k Kernel) (*Policy, []byte, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, nil, cli.Usage(err)
+	}
+	p, err := Parse(file, data, k)
+	if err != nil {
+		return nil, nil, cli.Usage(err)
+	}
+	return p, data, nil
+}
+
+func applyCmd(name *string) *cobra.Command {
+	var cgroup string
+	cmd := &cobra.Command{
+		Use:   "apply POLICY",
+		Short: "Attach (or atomically replace) the policy in POLICY",
+		Args:  cli.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, err := HostKernel()
+			if err != nil {
+				return err
+			}
+			pol, data, err := loadPolicy(args[0], k)
+			if err != nil {
+				return err
+			}
+			opt := ApplyOptions{Name: *name}
+			if cgroup != "" {
+				if opt.Cgroup, err = resolveCgroup(cgroup); err != nil {
+					return cli.Usage(err)
+				}
+			}
+			for _, w := range pol.Warnings {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
+			if err := rlimit.RemoveMemlock(); err != nil {
+				return fmt.Errorf("remove memlock limit: %w", err)
+			}
+			rec, err := Apply(pol, data, k, opt)
+			if errors.Is(err, ErrOtherCgroup) {
+				return cli.Usage(err)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "policy %s applied to cgroup %s (%d profiles, %d rules, generation %d); `flowplane tune run -- CMD` starts a tuned command\n",
+				rec.Name, rec.Cgroup, len(pol.Profiles), len(pol.Rules), rec.Generation)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&cgroup, "cgroup", "", "cgroup v2 to attach to (absolute or relative to the cgroup2 mount; default: create fptune)")
+	return cmd
+}
+
+func runCmd(name *string) *cobra.Command {
+	var cgroup string
+	cmd := &cobra.Command{
+		Use:   "run [--cgroup PATH] -- CMD [ARG…]",
+		Short: "Run a command inside the tuned cgroup",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cli.Usagef("%s needs a command; usage: %s", cmd.CommandPath(), cmd.UseLine())
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := cgroup
+			if path == "" {
+				rec, err := LoadRecord(*name)
+				if errors.Is(err, os.ErrNotExist) {
+					return cli.Usagef("no policy %q is applied; run `flowplane tune apply POLICY` or give --cgroup", *name)
+				}
+				if err != nil {
+					return err
+				}
+				path = rec.Cgroup
+			} else {
+				var err error
+				if path, err = resolveCgroup(path); err != nil {
+					return cli.Usage(err)
+				}
+			}
+			return RunIn(path, args, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	cmd.Flags().StringVar(&cgroup, "cgroup", "", "cgroup v2 to run in (default: the applied policy's)")
+	return cmd
+}
+
+// RunIn runs argv as a child born in cgroup (clone3 CLONE_INTO_CGROUP: no moment outside it)
+// and returns an error carrying its exit code.
+func RunIn(cgroup string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Stdin, c.Stdout, c.Stderr = stdin, stdout, stderr
+	fd, err := IntoCgroup(c, cgroup)
+	if err != nil {
+		return err
+	}
+	defer fd.Close()
+	if err := c.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return &exitError{code: ee.ExitCode(), err: err}
+		}
+		return fmt.Errorf("run %s: %w", argv[0], err)
+	}
+	return nil
+}
+
+// IntoCgroup makes cmd start inside cgroup; close the returned file once cmd has started.
+func IntoCgroup(cmd *exec.Cmd, cgroup string) (io.Closer, error) {
+	fd, err := os.Open(cgroup)
+	if err != nil {
+		return nil, fmt.Errorf("open cgroup: %w", err)
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.UseCgroupFD = true
+	cmd.SysProcAttr.CgroupFD = int(fd.Fd())
+	return fd, nil
+}
+
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) ExitCode() int { return e.code }
+
+func explainCmd(name *string) *cobra.Command {
+	var local, policy string
+	var passive, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "explain REMOTE[:PORT] [--local ADDR[:PORT]] [--passive]",
+		Short: "Show which rule a connection matches and the exact values it gets",
+		Args:  cli.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, err := HostKernel()
+			if err != nil {
+				return err
+			}
+			var pol *Policy
+			if policy != "" {
+				if pol, _, err = loadPolicy(policy, k); err != nil {
+					return err
+				}
+			} else {
+				rec, err := LoadRecord(*name)
+				if errors.Is(err, os.ErrNotExist) {
+					return cli.Usagef("no policy %q is applied; give --policy FILE", *name)
+				}
+				if err != nil {
+					return err
+				}
+				if pol, err = Parse(rec.File, []byte(rec.YAML), k); err != nil {
+					return err
+				}
+			}
+			f := Flow{Dir: Active}
+			if passive {
+				f.Dir = Passive
+			}
+			if f.Remote, f.RemotePort, err = parseEndpoint(args[0]); err != nil {
+				return cli.Usagef("REMOTE: %v", err)
+			}
+			if local != "" {
+				if f.Local, f.LocalPort, err = parseEndpoint(local); err != nil {
+					return cli.Usagef("--local: %v", err)
+				}
+			}
+			e := Explain(pol, f, k)
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				out := map[string]any{"rule": e.Index, "treated": e.Treated, "values": e.Values}
+				if e.Rule != nil {
+					out["rule_name"], out["profile"] = e.Rule.Name, e.Rule.Profile
+				}
+				return enc.Encode(out)
+			}
+			e.Print(cmd.OutOrStdout(), f.LocalPort != 0)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&local, "local", "", "local address[:port] of the connection")
+	cmd.Flags().BoolVar(&passive, "passive", false, "the connection is accepted, not initiated")
+	cmd.Flags().StringVar(&policy, "policy", "", "explain against this file instead of the applied policy")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// parseEndpoint reads ADDR, ADDR:PORT or [V6]:PORT.
+func parseEndpoint(s string) (netip.Addr, uint16, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr(), ap.Port(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, 0, fmt.Errorf("%q is not ADDR, ADDR:PORT or [IPV6]:PORT", s)
+	}
+	return a, 0, nil
+}
+
+func statusCmd(name *string) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [--json]",
+		Short: "Show the applied policy, per-rule hits and per-setting kernel refusals",
+		Args:  cli.ExactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, err := HostKernel()
+			if err != nil {
+				return err
+			}
+			st, err := ReadStatus(*name, k)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			printStatus(cmd.OutOrStdout(), st)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printStatus(out io.Writer, st *Status) {
+	fmt.Fprintf(out, "policy %s from %s on cgroup %s (generation %d, applied %s)\n", st.Name, st.File, st.Cgroup, st.Generation, st.Applied.Format("2006-01-02 15:04:05"))
+	fmt.Fprintf(out, "program %d, link %d\n", st.ProgramID, st.LinkID)
+	if len(st.OtherSockOp) == 0 {
+		fmt.Fprintln(out, "other sock_ops programs for these sockets: none")
+	} else {
+		fmt.Fprintf(out, "other sock_ops programs for these sockets (multi-attach; they run after ours and may override its replies):")
+		for _, o := range st.OtherSockOp {
+			fmt.Fprintf(out, " %d(%s)", o.ID, o.Name)
+		}
+		fmt.Fprintln(out)
+	}
+	fmt.Fprintf(out, "connections: %d active, %d passive; %d tuned, %d sampled out, %d unmatched; %d reactions\n",
+		st.Counters["active"], st.Counters["passive"], st.Counters["matched"], st.Counters["sampled_out"], st.Counters["unmatched"], st.Counters["reacted"])
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tNAME\tPROFILE\tTREATED\tSAMPLED OUT\tMATCH")
+	for _, r := range st.Rules {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", r.Index, r.Name, r.Profile, r.Treated, r.SampledOut, r.Match)
+	}
+	tw.Flush()
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SETTING\tAPPLIED\tREFUSED")
+	for _, s := range st.Settings {
+		ref := "-"
+		if len(s.Errors) > 0 {
+			ref = ""
+			for i, e := range s.Errors {
+				if i > 0 {
+					ref += ", "
+				}
+				ref += strconv.FormatUint(e.Count, 10) + "×" + e.Name
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", s.Setting, s.Applied, ref)
+	}
+	tw.Flush()
+	for _, w := range st.Warnings {
+		fmt.Fprintln(out, "warning:", w)
+	}
+}
+
+func removeCmd(name *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove",
+		Short: "Detach the policy and remove what apply created",
+		Args:  cli.ExactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := Remove(*name); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "policy %s removed\n", *name)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,101 @@
+package tune
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flowplane/flowplane/internal/cli"
+	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/testenv"
+)
+
+func runCLI(args ...string) (string, error) {
+	cmd := Command()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+// TestApplyBadInputAttachesNothing: a bad policy exits 2 naming the field, and leaves no
+// record, pin or cgroup behind.
+func TestApplyBadInputAttachesNothing(t *testing.T) {
+	if _, err := HostKernel(); err != nil {
+		t.Skip(err)
+	}
+	file := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(file, []byte("profiles:\n  a:\n    cwnd_clamp: 0\nrules: [{profile: a}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name := testenv.Name("tune")
+	_, err := runCLI("--name", name, "apply", file)
+	if cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), "bad.yaml:3: profiles.a.cwnd_clamp") {
+		t.Fatalf("apply bad policy: exit %d, %v", cli.ExitCode(err), err)
+	}
+	for _, p := range []string{recordPath(name), pin.Path(pinParts(name)...)} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s exists after a rejected apply", p)
+		}
+	}
+	if root, err := Cgroup2Mount(); err == nil {
+		if _, err := os.Stat(filepath.Join(root, "fptune-"+name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup created for a rejected apply")
+		}
+	}
+}
+
+func TestCLIUsageErrors(t *testing.T) {
+	if _, err := HostKernel(); err != nil {
+		t.Skip(err)
+	}
+	good := filepath.Join(t.TempDir(), "good.yaml")
+	if err := os.WriteFile(good, []byte("profiles: {a: {cwnd_clamp: 10}}\nrules: [{profile: a}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, err := Cgroup2Mount()
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"apply"}, "takes 1 argument"},
+		{[]string{"apply", "/nonexistent.yaml"}, "no such file"},
+		{[]string{"apply", good, "--cgroup", root}, "is the root cgroup"},
+		{[]string{"apply", good, "--cgroup", "/tmp"}, "not on a cgroup v2 file system"},
+		{[]string{"explain", "not-an-address", "--policy", good}, "REMOTE"},
+		{[]string{"run"}, "needs a command"},
+	} {
+		_, err := runCLI(tc.args...)
+		if cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: exit %d, %v; want 2 and %q", tc.args, cli.ExitCode(err), err, tc.want)
+		}
+	}
+}
+
+func TestExplainCLI(t *testing.T) {
+	if _, err := HostKernel(); err != nil {
+		t.Skip(err)
+	}
+	out, err := runCLI("explain", "198.18.1.2:443", "--policy", "../../examples/tune-dc.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"rule 0 (intra-dc", "TIMEOUT_INIT reply 3 jiffies", "TCP_BPF_SNDCWND_CLAMP 100"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("explain output lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = runCLI("explain", "192.0.2.1:8080", "--policy", "../../examples/tune-dc.yaml", "--passive")
+	if err != nil || !strings.Contains(out, "no rule matches") {
+		t.Errorf("passive to 8080: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,270 @@
+package tune
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+var testKernel = Kernel{HZ: 250, Congestion: []string{"reno", "cubic"}, WmemMax: 212992, RmemMax: 212992}
+
+func mustParse(t *testing.T, src string) *Policy {
+	t.Helper()
+	p, err := Parse("p.yaml", []byte(src), testKernel)
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	return p
+}
+
+func TestParseExample(t *testing.T) {
+	data, err := os.ReadFile("../../examples/tune-dc.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Parse("tune-dc.yaml", data, testKernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := p.Profiles[p.ProfileIndex("dc")]
+	if dc.SynRTO != 12*time.Millisecond || dc.CwndClamp != 100 || dc.SndBuf != 150000 || dc.Congestion != "cubic" {
+		t.Errorf("dc profile = %+v", dc)
+	}
+	if len(p.Warnings) == 0 || !strings.Contains(strings.Join(p.Warnings, "\n"), "autotuning") {
+		t.Errorf("fixed buffers must warn about autotuning; warnings: %q", p.Warnings)
+	}
+}
+
+func TestParseAllSettings(t *testing.T) {
+	p := mustParse(t, `
+profiles:
+  all:
+    syn_rto: 1s
+    init_rwnd: 40
+    ecn: true
+    snd_buf: 256KiB
+    rcv_buf: 1MB
+    init_cwnd: 10
+    cwnd_clamp: 100
+    congestion: reno
+    rto_min: 8ms
+    delack_max: 40ms
+    rto_max: 5s
+    max_pacing_rate: 1gbit
+    mark: 0x10
+    priority: 3
+    tclass: 0x28
+    notsent_lowat: 16KiB
+    nodelay: true
+    window_clamp: 64KiB
+    mss: 1200
+    keepalive: {idle: 30s, interval: 5s, count: 3}
+    user_timeout: 10s
+    react: {retransmissions_above: 5, congestion: cubic, cwnd_clamp: 10}
+rules:
+  - match: {remote: 10.0.0.0/8, remote_port: 443, local_port: 1024-65535, direction: active, sample: 10%}
+    profile: all
+`)
+	pr := p.Profiles[0]
+	if n := len(pr.Set); n != int(setMax) {
+		var missing []string
+		for s := Setting(0); s < setMax; s++ {
+			if !pr.Set[s] {
+				missing = append(missing, s.String())
+			}
+		}
+		t.Errorf("%d settings set, want all %d; missing %v", n, setMax, missing)
+	}
+	if pr.MaxPacingRate != 125000000 || pr.RcvBuf != 1000000 || pr.SndBuf != 256*1024 || pr.TOS != 0x28 || pr.RTOMin != 8*time.Millisecond {
+		t.Errorf("profile = %+v", pr)
+	}
+	r := p.Rules[0]
+	if r.RemotePort != (PortRange{443, 443}) || r.LocalPort != (PortRange{1024, 65535}) || r.Dir != Active || r.Sample != 0.1 {
+		t.Errorf("rule = %+v", r)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct{ name, src, want string }{
+		{"unknown key", "profiles: {a: {cwnd: 3, bogus: 1}}\nrules: []", "p.yaml:1: profiles.a.bogus: unknown key \"bogus\""},
+		{"ip route initcwnd", "profiles:\n  a:\n    initcwnd: 10\nrules: []", "p.yaml:3: profiles.a.initcwnd: is ip route's name; write init_cwnd"},
+		{"ip route quickack", "profiles:\n  a:\n    quickack: 1\nrules: []", "quickack: cannot be set from BPF"},
+		{"ip route rtt", "profiles: {a: {rtt: 1}}\nrules: []", "closest: syn_rto"},
+		{"ip route ssthresh", "profiles: {a: {ssthresh: 1}}\nrules: []", "closest: cwnd_clamp"},
+		{"ip route features", "profiles: {a: {features: ecn}}\nrules: []", "write ecn: true"},
+		{"ip route mtu", "profiles: {a: {mtu: 1400}}\nrules: []", "closest: mss"},
+		{"rto_min below kernel", "profiles:\n  a:\n    rto_min: 1ms\nrules: []", "p.yaml:3: profiles.a.rto_min: 1ms is outside the kernel's range 8ms to 200ms (CONFIG_HZ=250)"},
+		{"rto_min above kernel", "profiles: {a: {rto_min: 300ms}}\nrules: []", "outside the kernel's range 8ms to 200ms"},
+		{"delack range", "profiles: {a: {delack_max: 1s}}\nrules: []", "delack_max: 1s is outside"},
+		{"congestion unknown", "profiles: {a: {congestion: dctcp}}\nrules: []", "\"dctcp\" is not in tcp_available_congestion_control (reno cubic)"},
+		{"mss", "profiles: {a: {mss: 40}}\nrules: []", "mss: 40 (40 bytes) is outside the kernel's range 88 to 32767"},
+		{"keepcnt", "profiles: {a: {keepalive: {count: 500}}}\nrules: []", "keepalive.count: \"500\" is not a whole number from 1 to 127"},
+		{"bytes", "profiles: {a: {snd_buf: lots}}\nrules: []", "not a size in bytes"},
+		{"bad prefix", "profiles: {a: {}}\nrules:\n  - match: {remote: 10.0.0/8}\n    profile: a", "p.yaml:3: rules[0].match.remote: \"10.0.0/8\" is not an address or prefix"},
+		{"bad port", "profiles: {a: {}}\nrules:\n  - match: {remote_port: 9-1}\n    profile: a", "rules[0].match.remote_port: \"9-1\" is not a port range"},
+		{"bad direction", "profiles: {a: {}}\nrules:\n  - match: {direction: sideways}\n    profile: a", "not a direction"},
+		{"bad sample", "profiles: {a: {}}\nrules:\n  - match: {sample: 0%}\n    profile: a", "sample: \"0%\" is not a share"},
+		{"no profile", "profiles: {a: {}}\nrules:\n  - match: {}\n    profile: b", "rules[0].profile: no profile named \"b\"; profiles: a"},
+		{"missing profile", "profiles: {a: {}}\nrules:\n  - match: {}", "rules[0].profile: missing"},
+		{"families", "profiles: {a: {}}\nrules:\n  - match: {remote: 10.0.0.0/8, local: fd00::/8}\n    profile: a", "different families"},
+		{"react without action", "profiles: {a: {react: {retransmissions_above: 3}}}\nrules: []", "says when but not what"},
+		{"syn_rto range", "profiles: {a: {syn_rto: 500s}}\nrules: []", "syn_rto: 8m20s is outside"},
+		{"not yaml", "profiles: [", "not valid YAML"},
+		{"empty", "", "the file is empty"},
+		{"missing rules", "profiles: {a: {}}", "rules: missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("p.yaml", []byte(tc.src), testKernel)
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("want Errors, got %v", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q\nwant it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSynRTOJiffyWarning(t *testing.T) {
+	p := mustParse(t, "profiles: {a: {syn_rto: 10ms}}\nrules: []")
+	if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "the kernel uses 12ms") {
+		t.Errorf("warnings = %q", p.Warnings)
+	}
+	if j := testKernel.Jiffies(10 * time.Millisecond); j != 3 {
+		t.Errorf("10ms = %d jiffies at HZ=250, want 3", j)
+	}
+}
+
+const matchPolicy = `
+profiles: {a: {}, b: {}, c: {}, d: {}}
+rules:
+  - match: {remote: [10.1.0.0/16, fd00:1::/32], remote_port: 443, direction: active}
+    profile: a
+  - match: {remote: 10.0.0.0/8, local: 10.9.0.0/16}
+    profile: b
+  - match: {local_port: 8000-8999, direction: passive}
+    profile: c
+  - match: {remote: 10.1.2.0/24, sample: 50%}
+    profile: d
+`
+
+func TestMatchFirstWins(t *testing.T) {
+	p := mustParse(t, matchPolicy)
+	a := netip.MustParseAddr
+	for _, tc := range []struct {
+		f    Flow
+		want int
+	}{
+		{Flow{Remote: a("10.1.2.3"), RemotePort: 443, Dir: Active}, 0},
+		{Flow{Remote: a("::ffff:10.1.2.3"), RemotePort: 443, Dir: Active}, 0}, // mapped counts as v4
+		{Flow{Remote: a("fd00:1::5"), RemotePort: 443, Dir: Active}, 0},
+		{Flow{Remote: a("10.1.2.3"), RemotePort: 443, Dir: Passive}, 3},
+		{Flow{Remote: a("10.5.0.1"), Local: a("10.9.1.1"), Dir: Passive}, 1},
+		{Flow{Remote: a("192.0.2.1"), LocalPort: 8080, Dir: Passive}, 2},
+		{Flow{Remote: a("192.0.2.1"), LocalPort: 8080, Dir: Active}, -1},
+		{Flow{Remote: a("fd00:2::1"), RemotePort: 443, Dir: Active}, -1},
+	} {
+		if got := p.Match(tc.f).Rule; got != tc.want {
+			t.Errorf("%+v: rule %d, want %d", tc.f, got, tc.want)
+		}
+	}
+}
+
+// TestCompiledTablesAgree holds the LPM-trie and bit-set tables the program uses against the
+// direct first-match semantics, on random flows and random policies.
+func TestCompiledTablesAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pfx := func(v4 bool) string {
+		if v4 {
+			return fmt.Sprintf("10.%d.%d.0/%d", rng.IntN(4), rng.IntN(4), 8+rng.IntN(17))
+		}
+		return fmt.Sprintf("fd00:%x::/%d", rng.IntN(4), 16+rng.IntN(20))
+	}
+	for iter := 0; iter < 30; iter++ {
+		var b strings.Builder
+		b.WriteString("profiles: {a: {}}\nrules:\n")
+		for i := 0; i < 1+rng.IntN(40); i++ {
+			var m []string
+			v4 := rng.IntN(2) == 0
+			if rng.IntN(3) > 0 {
+				m = append(m, "remote: "+pfx(v4))
+			}
+			if rng.IntN(3) == 0 {
+				m = append(m, "local: "+pfx(v4))
+			}
+			if rng.IntN(3) == 0 {
+				lo := rng.IntN(100)
+				m = append(m, fmt.Sprintf("remote_port: %d-%d", lo, lo+rng.IntN(50)))
+			}
+			if rng.IntN(4) == 0 {
+				m = append(m, "direction: "+[]string{"active", "passive"}[rng.IntN(2)])
+			}
+			fmt.Fprintf(&b, "  - match: {%s}\n    profile: a\n", strings.Join(m, ", "))
+		}
+		p, err := Parse("r.yaml", []byte(b.String()), testKernel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := compile(p)
+		for j := 0; j < 300; j++ {
+			var f Flow
+			if rng.IntN(2) == 0 {
+				f.Remote = netip.AddrFrom4([4]byte{10, byte(rng.IntN(4)), byte(rng.IntN(4)), byte(rng.IntN(256))})
+				f.Local = netip.AddrFrom4([4]byte{10, byte(rng.IntN(4)), byte(rng.IntN(4)), 1})
+			} else {
+				f.Remote = netip.AddrFrom16([16]byte{0xfd, 0, 0, byte(rng.IntN(4)), 5: byte(rng.IntN(256)), 15: 1})
+				f.Local = netip.AddrFrom16([16]byte{0xfd, 0, 0, byte(rng.IntN(4)), 15: 2})
+			}
+			f.RemotePort, f.Dir = uint16(rng.IntN(160)), Direction(1+rng.IntN(2))
+			if got, want := c.lookup(f), p.Match(f).Rule; got != want {
+				t.Fatalf("policy\n%s\nflow %+v: tables give rule %d, first match is %d", b.String(), f, got, want)
+			}
+		}
+	}
+}
+
+func TestSampleShare(t *testing.T) {
+	p := mustParse(t, "profiles: {a: {}}\nrules:\n  - match: {sample: 10%}\n    profile: a\n")
+	treated := 0
+	for port := 1; port <= 10000; port++ {
+		if p.Match(Flow{Remote: netip.MustParseAddr("198.18.1.2"), RemotePort: 80, LocalPort: uint16(port), Dir: Active}).Treated {
+			treated++
+		}
+	}
+	if treated < 800 || treated > 1200 {
+		t.Errorf("%d of 10000 flows treated with sample 10%%", treated)
+	}
+}
+
+func TestTableSizesMatchProgram(t *testing.T) {
+	spec, err := loadTune()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := spec.Maps["tune_rules"].MaxEntries; n != 2*maxRules {
+		t.Errorf("tune_rules holds %d, Go assumes %d", n, 2*maxRules)
+	}
+	if n := spec.Maps["tune_profiles"].MaxEntries; n != 2*maxProfiles {
+		t.Errorf("tune_profiles holds %d, Go assumes %d", n, 2*maxProfiles)
+	}
+	if n := spec.Maps["tune_applied"].MaxEntries; n != uint32(setMax) {
+		t.Errorf("tune_applied holds %d settings, Go knows %d", n, setMax)
+	}
+}
+
+func TestTooManyRules(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("profiles: {a: {}}\nrules:\n")
+	for i := 0; i < 1025; i++ {
+		fmt.Fprintf(&b, "  - {match: {remote_port: %d}, profile: a}\n", i)
+	}
+	if _, err := Parse("big.yaml", []byte(b.String()), testKernel); err == nil || !strings.Contains(err.Error(), "at most 1024") {
+		t.Errorf("1025 rules: %v", err)
+	}
+}

@@ -1,0 +1,188 @@
+// Package tune tunes TCP per connection from a declarative policy: a sock_ops BPF program on a
+// cgroup v2 picks the first rule matching a connection's addresses, ports and direction and
+// applies its profile (SYN RTO, buffers, initial and clamped cwnd, congestion control, …),
+// counting every value the kernel refuses. See docs/tune.md.
+package tune
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/flowplane/flowplane/internal/config"
+)
+
+// Setting names one tunable; its value is the bit in a compiled profile and the key of the
+// per-setting counters (enum tune_setting in bpf/tune/tune.h).
+type Setting int
+
+// The settings, in enum tune_setting order.
+const (
+	SetSynRTO Setting = iota
+	SetInitRwnd
+	SetECN
+	SetSndBuf
+	SetRcvBuf
+	SetInitCwnd
+	SetCwndClamp
+	SetCongestion
+	SetRTOMin
+	SetDelackMax
+	SetRTOMax
+	SetPacing
+	SetMark
+	SetPriority
+	SetTOS
+	SetNotsentLowat
+	SetNodelay
+	SetWindowClamp
+	SetMSS
+	SetKeepalive
+	SetKeepIdle
+	SetKeepIntvl
+	SetKeepCnt
+	SetUserTimeout
+	SetReactCongestion
+	SetReactCwndClamp
+	SetReactCallbacks
+	setMax
+)
+
+var settingNames = [setMax]string{
+	"syn_rto", "init_rwnd", "ecn", "snd_buf", "rcv_buf", "init_cwnd", "cwnd_clamp", "congestion",
+	"rto_min", "delack_max", "rto_max", "max_pacing_rate", "mark", "priority", "tos",
+	"notsent_lowat", "nodelay", "window_clamp", "mss", "keepalive", "keepalive.idle",
+	"keepalive.interval", "keepalive.count", "user_timeout", "react.congestion", "react.cwnd_clamp", "react.callbacks",
+}
+
+func (s Setting) String() string {
+	if s >= 0 && s < setMax {
+		return settingNames[s]
+	}
+	return fmt.Sprintf("setting(%d)", int(s))
+}
+
+// Direction selects active opens (connect), passive ones (accept) or both.
+type Direction uint8
+
+// Directions, as bits (TUNE_DIR_* in tune.h).
+const (
+	Active  Direction = 1
+	Passive Direction = 2
+	AnyDir            = Active | Passive
+)
+
+func (d Direction) String() string {
+	switch d {
+	case Active:
+		return "active"
+	case Passive:
+		return "passive"
+	}
+	return "any"
+}
+
+// Profile is a named set of settings. Only settings in Set are applied.
+type Profile struct {
+	Name string
+	Line int
+	Set  map[Setting]bool
+
+	SynRTO        time.Duration
+	InitRwnd      uint32 // segments
+	ECN           bool
+	SndBuf        uint32 // bytes
+	RcvBuf        uint32 // bytes
+	InitCwnd      uint32 // segments
+	CwndClamp     uint32 // segments
+	Congestion    string
+	RTOMin        time.Duration
+	DelackMax     time.Duration
+	RTOMax        time.Duration
+	MaxPacingRate uint64 // bytes per second
+	Mark          uint32
+	Priority      uint32
+	TOS           uint8
+	NotsentLowat  uint32 // bytes
+	Nodelay       bool
+	WindowClamp   uint32 // bytes
+	MSS           uint32 // bytes
+	KeepIdle      time.Duration
+	KeepIntvl     time.Duration
+	KeepCnt       uint32
+	UserTimeout   time.Duration
+
+	// Reactive: once a connection has retransmitted more than ReactRetrans segments, or had
+	// more than ReactRTOs consecutive retransmission timeouts, switch congestion control and/or
+	// clamp cwnd. The RETRANS / RTO callbacks are enabled only for connections that need them.
+	ReactOn        uint8 // reactRetrans | reactRTO
+	ReactRetrans   uint32
+	ReactRTOs      uint32
+	ReactCC        string
+	ReactCwndClamp uint32
+}
+
+// Reactive triggers (TUNE_REACT_* in tune.h).
+const (
+	reactRetrans = 1
+	reactRTO     = 2
+)
+
+// Reactive reports whether the profile needs retransmission callbacks.
+func (p *Profile) Reactive() bool { return p.Set[SetReactCongestion] || p.Set[SetReactCwndClamp] }
+
+// PortRange is an inclusive port range; the zero value of a rule's range is 0-65535.
+type PortRange struct{ Lo, Hi uint16 }
+
+func (r PortRange) String() string {
+	if r.Lo == 0 && r.Hi == 65535 {
+		return "any"
+	}
+	if r.Lo == r.Hi {
+		return fmt.Sprint(r.Lo)
+	}
+	return fmt.Sprintf("%d-%d", r.Lo, r.Hi)
+}
+
+func (r PortRange) contains(p uint16) bool { return p >= r.Lo && p <= r.Hi }
+
+var anyPort = PortRange{0, 65535}
+
+// Rule selects connections for a profile. Empty prefix lists match any address of either
+// family; Sample (0, 1] treats that share of the selected flows, by flow hash.
+type Rule struct {
+	Name       string
+	Line       int
+	Remote     []netip.Prefix
+	Local      []netip.Prefix
+	RemotePort PortRange
+	LocalPort  PortRange
+	Dir        Direction
+	Sample     float64 // 1 = every flow
+	Profile    string
+	profile    int
+}
+
+// Policy is a parsed, validated policy file.
+type Policy struct {
+	File     string
+	Profiles []*Profile
+	Rules    []*Rule
+	Warnings []string
+}
+
+// ProfileIndex returns the index of the named profile, or -1.
+func (p *Policy) ProfileIndex(name string) int {
+	for i, pr := range p.Profiles {
+		if pr.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Error and Errors are the problems Parse reports, each with its line.
+type (
+	Error  = config.Error
+	Errors = config.Errors
+)

@@ -1,0 +1,230 @@
+package tune
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/flowplane/flowplane/internal/pin"
+)
+
+// Status is what `tune status` reports about one applied policy.
+type Status struct {
+	Name        string            `json:"name"`
+	File        string            `json:"file"`
+	Cgroup      string            `json:"cgroup"`
+	Generation  uint32            `json:"generation"`
+	Applied     time.Time         `json:"applied"`
+	ProgramID   uint32            `json:"program_id"`
+	LinkID      uint32            `json:"link_id"`
+	OtherSockOp []OtherProgram    `json:"other_sock_ops"`
+	Counters    map[string]uint64 `json:"counters"`
+	Rules       []RuleStatus      `json:"rules"`
+	Settings    []SettingStatus   `json:"settings"`
+	Warnings    []string          `json:"warnings,omitempty"`
+}
+
+// OtherProgram is another sock_ops program that runs for this cgroup's sockets (attached here
+// or on an ancestor, multi-attach): it runs after ours and may override replies.
+type OtherProgram struct {
+	ID   uint32 `json:"id"`
+	Name string `json:"name"`
+}
+
+// RuleStatus counts the connections a rule selected, per sampling arm.
+type RuleStatus struct {
+	Index      int    `json:"index"`
+	Name       string `json:"name"`
+	Profile    string `json:"profile"`
+	Match      string `json:"match"`
+	Treated    uint64 `json:"treated"`
+	SampledOut uint64 `json:"sampled_out"`
+}
+
+// SettingStatus counts what the kernel accepted and refused for one setting.
+type SettingStatus struct {
+	Setting string        `json:"setting"`
+	Applied uint64        `json:"applied"`
+	Errors  []ErrnoStatus `json:"errors,omitempty"`
+}
+
+// ErrnoStatus is one kind of refusal.
+type ErrnoStatus struct {
+	Errno int    `json:"errno"`
+	Name  string `json:"name"`
+	Count uint64 `json:"count"`
+}
+
+// Describe renders a rule's match for people.
+func (r *Rule) Describe() string {
+	var parts []string
+	if len(r.Remote) > 0 {
+		parts = append(parts, "remote "+joinPrefixes(r.Remote))
+	}
+	if len(r.Local) > 0 {
+		parts = append(parts, "local "+joinPrefixes(r.Local))
+	}
+	if r.RemotePort != anyPort {
+		parts = append(parts, "remote port "+r.RemotePort.String())
+	}
+	if r.LocalPort != anyPort {
+		parts = append(parts, "local port "+r.LocalPort.String())
+	}
+	if r.Dir != AnyDir {
+		parts = append(parts, r.Dir.String())
+	}
+	if r.Sample < 1 {
+		parts = append(parts, fmt.Sprintf("sample %g%%", r.Sample*100))
+	}
+	if len(parts) == 0 {
+		return "every connection"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ReadStatus collects an applied instance's counters.
+func ReadStatus(name string, k Kernel) (*Status, error) {
+	if name == "" {
+		name = DefaultName
+	}
+	rec, err := LoadRecord(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no policy %q is applied", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := &Status{Name: rec.Name, File: rec.File, Cgroup: rec.Cgroup, Generation: rec.Generation, Applied: rec.Applied, OtherSockOp: []OtherProgram{},
+		Counters: map[string]uint64{}}
+	pol, err := Parse(rec.File, []byte(rec.YAML), k)
+	if err != nil {
+		return nil, fmt.Errorf("the applied policy no longer validates on this kernel: %w", err)
+	}
+	st.Warnings = pol.Warnings
+	m, err := openPinned(name)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	if err := st.readLink(name, rec.Cgroup); err != nil {
+		return nil, err
+	}
+	stats := []string{"active", "passive", "matched", "sampled_out", "unmatched", "reacted", "no_storage", "retrans_callbacks", "rto_callbacks"}
+	for i, s := range stats {
+		n, err := sumPerCPU(m.TuneStats, uint32(i))
+		if err != nil {
+			return nil, err
+		}
+		st.Counters[s] = n
+	}
+	rules := expand(pol.Rules)
+	for i, r := range pol.Rules {
+		st.Rules = append(st.Rules, RuleStatus{Index: i, Name: r.Name, Profile: r.Profile, Match: r.Describe()})
+	}
+	for j, cr := range rules {
+		for arm := uint32(0); arm < 2; arm++ {
+			n, err := sumPerCPU(m.TuneHits, (rec.Generation*maxRules+uint32(j))*2+arm)
+			if err != nil {
+				return nil, err
+			}
+			if arm == 0 {
+				st.Rules[cr.logical].Treated += n
+			} else {
+				st.Rules[cr.logical].SampledOut += n
+			}
+		}
+	}
+	errs := map[Setting][]ErrnoStatus{}
+	var ek tuneTuneErrKey
+	var ev []uint64
+	it := m.TuneErrors.Iterate()
+	for it.Next(&ek, &ev) {
+		var n uint64
+		for _, v := range ev {
+			n += v
+		}
+		e := int(-ek.Err)
+		errs[Setting(ek.Setting)] = append(errs[Setting(ek.Setting)], ErrnoStatus{Errno: e, Name: unix.ErrnoName(unix.Errno(e)), Count: n})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read refusals: %w", err)
+	}
+	for s := Setting(0); s < setMax; s++ {
+		n, err := sumPerCPU(m.TuneApplied, uint32(s))
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 && len(errs[s]) == 0 {
+			continue
+		}
+		e := errs[s]
+		sort.Slice(e, func(i, j int) bool { return e[i].Errno < e[j].Errno })
+		st.Settings = append(st.Settings, SettingStatus{Setting: s.String(), Applied: n, Errors: e})
+	}
+	return st, nil
+}
+
+func (st *Status) readLink(name, cgroup string) error {
+	lnk, err := link.LoadPinnedLink(filepath.Join(pin.Path(pinParts(name)...), "link"), nil)
+	if err != nil {
+		return fmt.Errorf("open pinned link (is the policy attached?): %w", err)
+	}
+	defer lnk.Close()
+	info, err := lnk.Info()
+	if err != nil {
+		return fmt.Errorf("link info: %w", err)
+	}
+	st.ProgramID, st.LinkID = uint32(info.Program), uint32(info.ID)
+	f, err := os.Open(cgroup)
+	if err != nil {
+		return fmt.Errorf("open cgroup: %w", err)
+	}
+	defer f.Close()
+	q, err := link.QueryPrograms(link.QueryOptions{Target: int(f.Fd()), Attach: ebpf.AttachCGroupSockOps, QueryFlags: unix.BPF_F_QUERY_EFFECTIVE})
+	if err != nil {
+		return fmt.Errorf("query sock_ops programs of %s: %w", cgroup, err)
+	}
+	for _, p := range q.Programs {
+		if uint32(p.ID) == st.ProgramID {
+			continue
+		}
+		o := OtherProgram{ID: uint32(p.ID)}
+		if prog, err := ebpf.NewProgramFromID(p.ID); err == nil {
+			if pi, err := prog.Info(); err == nil {
+				o.Name = pi.Name
+			}
+			prog.Close()
+		}
+		st.OtherSockOp = append(st.OtherSockOp, o)
+	}
+	return nil
+}
+
+func sumPerCPU(m *ebpf.Map, key uint32) (uint64, error) {
+	var vs []uint64
+	if err := m.Lookup(key, &vs); err != nil {
+		return 0, fmt.Errorf("read %s[%d]: %w", m, key, err)
+	}
+	var n uint64
+	for _, v := range vs {
+		n += v
+	}
+	return n, nil
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, " ")
+}
