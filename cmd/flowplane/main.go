@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowplane/flowplane/internal/cli"
+	"github.com/flowplane/flowplane/internal/conntrack"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/tune"
 	"github.com/flowplane/flowplane/internal/vnet"
@@ -33,6 +34,7 @@ func main() {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.Usage(err) })
 	root.AddCommand(lab.Command())
+	root.AddCommand(conntrack.Command())
 	root.AddCommand(tune.Command())
 	root.AddCommand(vnet.Command())
 	if err := root.Execute(); err != nil {

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# demo-conntrack.sh: conntrack on the demo lab's router. Called by examples/demo.sh with
+# FLOWPLANE (the binary) and LAB (a running lab with h1 — r1 — h2; r1:eth0 faces h1 = inside,
+# r1:eth1 faces h2 = outside). Starts conntrack on r1, lists the table during an iperf3, shows an
+# unsolicited connection from h2 being refused, and stops conntrack. Takes about 10 s.
+set -euo pipefail
+: "${FLOWPLANE:?set FLOWPLANE to the flowplane binary}" "${LAB:?set LAB to the running lab}"
+fp() { "$FLOWPLANE" "$@"; }
+on() { local node=$1; shift; fp lab exec "$LAB" "$node" -- "$@"; }
+
+status=$(fp lab status "$LAB" --json)
+dev() { jq -r --arg n "$1" --arg i "$2" '.nodes[] | select(.name==$n) | .interfaces[] | select(.name==$i) | .device' <<<"$status"; }
+addr() { jq -r --arg n "$1" '.nodes[] | select(.name==$n) | .interfaces[0].ipv4' <<<"$status" | cut -d/ -f1; }
+inside=$(dev r1 eth0) outside=$(dev r1 eth1) h1=$(addr h1) h2=$(addr h2)
+
+# Frames XDP redirects into a veth need the peer's NAPI (GRO on) to be received, and carry no
+# skb checksum state, so the hosts must send complete checksums (tx offload off). Real NICs
+# need neither. See docs/conntrack.md.
+for h in h1 h2; do on "$h" ethtool -K "$(dev "$h" eth0)" gro on tx off >/dev/null; done
+
+echo "== conntrack run on r1: inside $inside, outside $outside"
+# lab exec execs the command, so $! is conntrack itself (SIGTERM: background jobs of a script
+# ignore SIGINT).
+"$FLOWPLANE" lab exec "$LAB" r1 -- "$FLOWPLANE" conntrack run --inside "$inside" --outside "$outside" &
+ct=$!
+stop() { kill -TERM "$ct" 2>/dev/null && wait "$ct" 2>/dev/null || true; on r1 "$FLOWPLANE" conntrack unpin || true; }
+trap stop EXIT
+for _ in $(seq 100); do on r1 ip link show "$inside" 2>/dev/null | grep -q ' xdp' && break; sleep 0.1; done
+
+echo "== iperf3 h1 → h2 through conntrack; the table meanwhile:"
+on h2 iperf3 -s -1 -p 5301 >/dev/null 2>&1 &
+srv=$!
+sleep 0.5
+on h1 iperf3 -c "$h2" -p 5301 -t 3 -f m >/tmp/fp-demo-ct-iperf.$$ 2>&1 &
+cli=$!
+sleep 1.5
+on h1 ping -c 1 -W 1 "$h2" >/dev/null || true
+on r1 "$FLOWPLANE" conntrack list
+wait "$cli" || true
+wait "$srv" || true
+grep -E 'sender|receiver' /tmp/fp-demo-ct-iperf.$$ || cat /tmp/fp-demo-ct-iperf.$$
+rm -f /tmp/fp-demo-ct-iperf.$$
+
+echo "== unsolicited connection from h2 (outside) to h1:"
+if on h2 timeout 2 bash -c "exec 3<>/dev/tcp/$h1/22" 2>/dev/null; then
+	echo "   connected (unexpected!)"
+else
+	echo "   refused: the SYN was dropped on r1"
+fi
+on r1 "$FLOWPLANE" conntrack stats | grep -E 'new|established|forwarded|policy_drop|invalid_window'
+
+echo "== stopping conntrack"
+stop
+trap - EXIT

@@ -1,0 +1,421 @@
+package conntrack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/spf13/cobra"
+
+	"github.com/flowplane/flowplane/internal/cli"
+	"github.com/flowplane/flowplane/internal/pin"
+)
+
+// Command is `flowplane conntrack`.
+func Command() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "conntrack",
+		Short: "XDP stateful connection-tracking forwarder (nf_conntrack semantics)",
+		Long: `conntrack forwards between interfaces in XDP and tracks every TCP, UDP and ICMP flow with
+nf_conntrack's semantics. New connections may come from inside interfaces (and, if configured,
+to listed ports and prefixes from outside); packets of known connections pass both ways;
+everything else is dropped and counted. Each network namespace has its own instance, pinned
+under /sys/fs/bpf/flowplane/conntrack/ns<inode>; list, stats, flush, events and timeout act on
+the instance of the namespace they run in.`,
+	}
+	cmd.AddCommand(runCmd(), listCmd(), flushCmd(), statsCmd(), eventsCmd(), timeoutCmd(), unpinCmd())
+	return cmd
+}
+
+func runCmd() *cobra.Command {
+	var inside, outside, timeouts []string
+	var file, metrics, mode string
+	var liberal bool
+	cmd := &cobra.Command{
+		Use:   "run --inside IF --outside IF [--config FILE] [--metrics ADDR]",
+		Short: "attach to the interfaces and track until interrupted",
+		Args:  cli.ExactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := LoadConfig(file)
+			if err != nil {
+				return cli.Usage(err)
+			}
+			cfg.Inside, cfg.Outside = inside, outside
+			if cmd.Flags().Changed("mode") {
+				cfg.Mode = mode
+			}
+			if cmd.Flags().Changed("liberal") {
+				cfg.Liberal = liberal
+			}
+			for _, s := range timeouts {
+				name, val, ok := strings.Cut(s, "=")
+				if !ok {
+					return cli.Usagef("--timeout %q: want name=duration", s)
+				}
+				if cfg.Timeouts == nil {
+					cfg.Timeouts = map[string]string{}
+				}
+				cfg.Timeouts[name] = val
+			}
+			r, err := cfg.resolve()
+			if err != nil {
+				return cli.Usage(err)
+			}
+			in, err := interfaces(inside)
+			if err != nil {
+				return err
+			}
+			out, err := interfaces(outside)
+			if err != nil {
+				return err
+			}
+			if metrics != "" {
+				if _, _, err := net.SplitHostPort(metrics); err != nil {
+					return cli.Usagef("--metrics %q: %v", metrics, err)
+				}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return Run(ctx, r, in, out, metrics)
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&inside, "inside", nil, "inside interface: may open connections (repeatable)")
+	f.StringArrayVar(&outside, "outside", nil, "outside interface: only replies and allowed connections (repeatable)")
+	f.StringVar(&file, "config", "", "YAML configuration file (docs/conntrack.md)")
+	f.StringVar(&metrics, "metrics", "", "serve Prometheus /metrics on this address (host:port)")
+	f.StringVar(&mode, "mode", "firewall", "firewall (drop refused packets) or track (only observe)")
+	f.BoolVar(&liberal, "liberal", false, "accept TCP segments outside the tracked window (nf's tcp_be_liberal)")
+	f.StringArrayVar(&timeouts, "timeout", nil, "override a timeout, e.g. tcp_established=1h (repeatable)")
+	return cmd
+}
+
+func interfaces(names []string) ([]*net.Interface, error) {
+	var out []*net.Interface
+	for _, n := range names {
+		ifc, err := net.InterfaceByName(n)
+		if err != nil {
+			return nil, cli.Usagef("interface %q: %v", n, err)
+		}
+		out = append(out, ifc)
+	}
+	return out, nil
+}
+
+func listCmd() *cobra.Command {
+	var asJSON bool
+	var proto, state string
+	cmd := &cobra.Command{
+		Use:   "list [--json] [--proto P] [--state S]",
+		Short: "list tracked connections, like conntrack -L",
+		Args:  cli.ExactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			proto, state = strings.ToLower(proto), strings.ToUpper(state)
+			switch proto {
+			case "", "tcp", "udp", "icmp", "icmpv6":
+			default:
+				return cli.Usagef("--proto %q: want tcp, udp, icmp or icmpv6", proto)
+			}
+			if state != "" && !validState(state) {
+				return cli.Usagef("--state %q: want one of %s, NEW", state, strings.Join(tcpStateNames, ", "))
+			}
+			t, err := OpenPinned()
+			if err != nil {
+				return err
+			}
+			defer t.Close()
+			all, err := t.List()
+			if err != nil {
+				return err
+			}
+			es := []Entry{}
+			for _, e := range all {
+				if (proto == "" || e.Proto == proto) && (state == "" || e.State == state) {
+					es = append(es, e)
+				}
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(es)
+			}
+			for _, e := range es {
+				fmt.Fprintln(cmd.OutOrStdout(), e.String())
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "conntrack: %d flow entries listed\n", len(es))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&proto, "proto", "", "only this protocol (tcp, udp, icmp, icmpv6)")
+	cmd.Flags().StringVar(&state, "state", "", "only this state (e.g. ESTABLISHED, TIME_WAIT, NEW)")
+	return cmd
+}
+
+func validState(s string) bool {
+	if s == "NEW" {
+		return true
+	}
+	for _, n := range tcpStateNames {
+		if n == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (t Tuple) String(proto string) string {
+	if proto == "icmp" || proto == "icmpv6" {
+		return fmt.Sprintf("src=%s dst=%s id=%d", t.Src, t.Dst, t.ID)
+	}
+	return fmt.Sprintf("src=%s dst=%s sport=%d dport=%d", t.Src, t.Dst, t.Sport, t.Dport)
+}
+
+// String formats e as conntrack -L does.
+func (e Entry) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-6s %d %d ", e.Proto, protoNumber(e.Proto), int(e.Timeout))
+	if e.Proto == "tcp" {
+		b.WriteString(e.State + " ")
+	}
+	fmt.Fprintf(&b, "%s packets=%d bytes=%d ", e.Orig.String(e.Proto), e.Packets[0], e.Bytes[0])
+	if !e.SeenReply {
+		b.WriteString("[UNREPLIED] ")
+	}
+	fmt.Fprintf(&b, "%s packets=%d bytes=%d", e.Reply.String(e.Proto), e.Packets[1], e.Bytes[1])
+	if e.Assured {
+		b.WriteString(" [ASSURED]")
+	}
+	if !e.Confirmed {
+		b.WriteString(" [UNCONFIRMED]")
+	}
+	return b.String()
+}
+
+func protoNumber(p string) int {
+	return map[string]int{"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58}[p]
+}
+
+func flushCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "flush",
+		Short: "delete every tracked connection",
+		Args:  cli.ExactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := OpenPinned()
+			if err != nil {
+				return err
+			}
+			defer t.Close()
+			n, err := t.Flush()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "conntrack: %d flow entries have been deleted\n", n)
+			return nil
+		},
+	}
+}
+
+func statsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats [--json]",
+		Short: "print the counters and table sizes",
+		Args:  cli.ExactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := OpenPinned()
+			if err != nil {
+				return err
+			}
+			defer t.Close()
+			c, err := t.ReadCounters()
+			if err != nil {
+				return err
+			}
+			conf, unconf, err := t.Count()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
+					"counters": c, "entries": map[string]int{"confirmed": conf, "unconfirmed": unconf}})
+			}
+			return printStats(cmd.OutOrStdout(), c, conf, unconf)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printStats(w io.Writer, c Counters, conf, unconf int) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "entries confirmed\t%d\n", conf)
+	fmt.Fprintf(tw, "entries unconfirmed\t%d\n", unconf)
+	for _, n := range StatNames {
+		fmt.Fprintf(tw, "%s\t%d\n", n, c[n])
+	}
+	return tw.Flush()
+}
+
+func eventsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "events [--json]",
+		Short: "print connections as they are created and destroyed, like conntrack -E",
+		Long: `events prints [NEW] when the data path creates a connection and [DESTROY] when a SYN reopens
+a closed one. Entries removed by the sweep of 'run' are counted (stats: swept) but not reported
+here. Only one reader at a time gets each event.`,
+		Args: cli.ExactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, err := OpenPinned()
+			if err != nil {
+				return err
+			}
+			defer t.Close()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return Events(ctx, t, func(ev Event) {
+				if asJSON {
+					_ = json.NewEncoder(cmd.OutOrStdout()).Encode(ev)
+					return
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), ev.String())
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON lines")
+	return cmd
+}
+
+// Event is a record of the ring buffer.
+type Event struct {
+	Type  string `json:"type"`
+	Proto string `json:"proto"`
+	State string `json:"state,omitempty"`
+	Orig  Tuple  `json:"orig"`
+	Reply Tuple  `json:"reply"`
+}
+
+func (ev Event) String() string {
+	s := fmt.Sprintf("[%s] %s", ev.Type, ev.Proto)
+	if ev.State != "" {
+		s += " " + ev.State
+	}
+	return s + " " + ev.Orig.String(ev.Proto) + " " + ev.Reply.String(ev.Proto)
+}
+
+// Events reads the ring buffer until ctx is done.
+func Events(ctx context.Context, t *Tables, fn func(Event)) error {
+	rd, err := ringbuf.NewReader(t.Events)
+	if err != nil {
+		return fmt.Errorf("open event ring buffer: %w", err)
+	}
+	go func() {
+		<-ctx.Done()
+		rd.Close()
+	}()
+	var rec ringbuf.Record
+	for {
+		if err := rd.ReadInto(&rec); err != nil {
+			if errors.Is(err, os.ErrClosed) || ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("read event: %w", err)
+		}
+		var ev ctCtEvent
+		if len(rec.RawSample) < binarySize(ev) {
+			continue
+		}
+		decodeEvent(rec.RawSample, &ev)
+		e := toEntry(ev.Key, ctCtEntry{Status: ev.Status, State: ev.State}, false, 0)
+		typ := "NEW"
+		if ev.Type == uint32(ctCtEventTypeCT_EVENT_DESTROY) {
+			typ = "DESTROY"
+		}
+		out := Event{Type: typ, Proto: e.Proto, Orig: e.Orig, Reply: e.Reply}
+		if e.Proto == "tcp" {
+			out.State = e.State
+		}
+		fn(out)
+	}
+}
+
+func timeoutCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "timeout [NAME=DURATION ...]",
+		Short: "show or change the timeouts of the running instance (no reload)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			over := map[string]time.Duration{}
+			for _, a := range args {
+				name, d, err := ParseTimeout(a)
+				if err != nil {
+					return cli.Usage(err)
+				}
+				over[name] = d
+			}
+			t, err := OpenPinned()
+			if err != nil {
+				return err
+			}
+			defer t.Close()
+			if len(over) > 0 {
+				if err := t.SetTimeouts(over); err != nil {
+					return err
+				}
+			}
+			to, liberal, err := t.Timeouts()
+			if err != nil {
+				return err
+			}
+			names := make([]string, 0, len(to))
+			for n := range to {
+				if n != "tcp_none" {
+					names = append(names, n)
+				}
+			}
+			sort.Slice(names, func(i, j int) bool { return indexOf(names[i]) < indexOf(names[j]) })
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			for _, n := range names {
+				fmt.Fprintf(tw, "%s\t%s\n", n, to[n])
+			}
+			fmt.Fprintf(tw, "liberal\t%v\n", liberal)
+			return tw.Flush()
+		},
+	}
+}
+
+func indexOf(name string) int {
+	for i, n := range timeoutNames {
+		if n == name {
+			return i
+		}
+	}
+	return len(timeoutNames)
+}
+
+func unpinCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "unpin",
+		Short: "remove this namespace's pinned table (stop `run` first)",
+		Args:  cli.ExactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			inst, err := Instance()
+			if err != nil {
+				return err
+			}
+			return pin.Remove("conntrack", inst)
+		},
+	}
+}

@@ -1,0 +1,236 @@
+package conntrack
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Timeout names, in the order of the BPF program's timeout slots (enum ct_timeout: the TCP
+// states first). Slot 0 (TCP NONE) is never used for a live entry.
+var timeoutNames = []string{
+	"tcp_none", "tcp_syn_sent", "tcp_syn_recv", "tcp_established", "tcp_fin_wait", "tcp_close_wait",
+	"tcp_last_ack", "tcp_time_wait", "tcp_close", "tcp_syn_sent2", "udp_unreplied", "udp_stream", "icmp",
+}
+
+// DefaultTimeouts are nf_conntrack's defaults.
+func DefaultTimeouts() map[string]time.Duration {
+	return map[string]time.Duration{
+		"tcp_none":        10 * time.Second,
+		"tcp_syn_sent":    120 * time.Second,
+		"tcp_syn_recv":    60 * time.Second,
+		"tcp_established": 5 * 24 * time.Hour,
+		"tcp_fin_wait":    120 * time.Second,
+		"tcp_close_wait":  60 * time.Second,
+		"tcp_last_ack":    30 * time.Second,
+		"tcp_time_wait":   120 * time.Second,
+		"tcp_close":       10 * time.Second,
+		"tcp_syn_sent2":   120 * time.Second,
+		"udp_unreplied":   30 * time.Second,
+		"udp_stream":      120 * time.Second,
+		"icmp":            30 * time.Second,
+	}
+}
+
+// Config is what `conntrack run` is told: interfaces from the flags, the rest from the
+// optional YAML file.
+type Config struct {
+	Inside  []string `yaml:"-"`
+	Outside []string `yaml:"-"`
+	// Mode is "firewall" (drop what the policy refuses) or "track" (observe only).
+	Mode string `yaml:"mode"`
+	// Liberal accepts TCP segments outside the tracked window (nf's tcp_be_liberal).
+	Liberal bool `yaml:"liberal"`
+	// TCPLoose lets an ACK from inside pick up a connection whose handshake was not seen
+	// (nf_conntrack_tcp_loose; default true, as nf's).
+	TCPLoose *bool `yaml:"tcp_loose"`
+	// Timeouts override DefaultTimeouts by name ("tcp_established": "1h").
+	Timeouts map[string]string `yaml:"timeouts"`
+	Allow    struct {
+		// Ports outside may open connections to: "tcp/22", "udp/53", "icmp".
+		Ports []string `yaml:"ports"`
+		// Prefixes outside may open connections to.
+		Prefixes []string `yaml:"prefixes"`
+	} `yaml:"allow"`
+	Table struct {
+		Confirmed   uint32 `yaml:"confirmed"`
+		Unconfirmed uint32 `yaml:"unconfirmed"`
+	} `yaml:"table"`
+}
+
+// LoadConfig reads a YAML config file; a missing path gives the defaults.
+func LoadConfig(path string) (*Config, error) {
+	c := &Config{}
+	if path == "" {
+		return c, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// PortRule is one allowed (protocol, port); Port is 0 for ICMP.
+type PortRule struct {
+	Proto uint8
+	Port  uint16
+}
+
+// resolved is a validated Config, in the BPF program's terms.
+type resolved struct {
+	trackOnly bool
+	liberal   bool
+	loose     bool
+	timeouts  [len(ctCtConfig{}.Timeout)]uint32
+	ports     []PortRule
+	prefixes  []netip.Prefix
+	confirmed uint32
+	embryonic uint32
+}
+
+// ParseTimeout parses "name=duration" and checks both.
+func ParseTimeout(s string) (string, time.Duration, error) {
+	name, val, ok := strings.Cut(s, "=")
+	if !ok {
+		return "", 0, fmt.Errorf("timeout %q: want name=duration", s)
+	}
+	d, err := checkTimeout(name, val)
+	return name, d, err
+}
+
+func checkTimeout(name, val string) (time.Duration, error) {
+	if _, ok := DefaultTimeouts()[name]; !ok {
+		return 0, fmt.Errorf("unknown timeout %q (known: %s)", name, strings.Join(timeoutNames, ", "))
+	}
+	d, err := time.ParseDuration(val)
+	if err != nil {
+		if n, err2 := strconv.ParseUint(val, 10, 32); err2 == nil {
+			d = time.Duration(n) * time.Second
+		} else {
+			return 0, fmt.Errorf("timeout %s: %w", name, err)
+		}
+	}
+	if d < time.Second || d > time.Duration(1<<32-1)*time.Second || d%time.Second != 0 {
+		return 0, fmt.Errorf("timeout %s=%s: must be a whole number of seconds, at least 1s", name, val)
+	}
+	return d, nil
+}
+
+// timeoutSlots turns a name → duration map (over the defaults) into the BPF array.
+func timeoutSlots(over map[string]time.Duration) [len(ctCtConfig{}.Timeout)]uint32 {
+	var slots [len(ctCtConfig{}.Timeout)]uint32
+	all := DefaultTimeouts()
+	for k, v := range over {
+		all[k] = v
+	}
+	for i, n := range timeoutNames {
+		slots[i] = uint32(all[n] / time.Second)
+	}
+	return slots
+}
+
+func (c *Config) resolve() (*resolved, error) {
+	r := &resolved{liberal: c.Liberal, loose: c.TCPLoose == nil || *c.TCPLoose, confirmed: 262144, embryonic: 65536}
+	switch c.Mode {
+	case "", "firewall":
+	case "track":
+		r.trackOnly = true
+	default:
+		return nil, fmt.Errorf("mode %q: want firewall or track", c.Mode)
+	}
+	over := map[string]time.Duration{}
+	names := make([]string, 0, len(c.Timeouts))
+	for k := range c.Timeouts {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		d, err := checkTimeout(k, c.Timeouts[k])
+		if err != nil {
+			return nil, err
+		}
+		over[k] = d
+	}
+	r.timeouts = timeoutSlots(over)
+	for _, p := range c.Allow.Ports {
+		rule, err := parsePortRule(p)
+		if err != nil {
+			return nil, err
+		}
+		r.ports = append(r.ports, rule)
+	}
+	for _, s := range c.Allow.Prefixes {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("allowed prefix: %w", err)
+		}
+		r.prefixes = append(r.prefixes, p.Masked())
+	}
+	if c.Table.Confirmed != 0 {
+		r.confirmed = c.Table.Confirmed
+	}
+	if c.Table.Unconfirmed != 0 {
+		r.embryonic = c.Table.Unconfirmed
+	}
+	if len(c.Inside)+len(c.Outside) == 0 {
+		return nil, errors.New("no interfaces: give --inside and/or --outside")
+	}
+	seen := map[string]string{}
+	for _, role := range []struct {
+		name string
+		ifs  []string
+	}{{"inside", c.Inside}, {"outside", c.Outside}} {
+		for _, i := range role.ifs {
+			if prev, ok := seen[i]; ok {
+				if prev == role.name {
+					return nil, fmt.Errorf("interface %s given twice as %s", i, prev)
+				}
+				return nil, fmt.Errorf("interface %s is both inside and outside", i)
+			}
+			seen[i] = role.name
+		}
+	}
+	return r, nil
+}
+
+func parsePortRule(s string) (PortRule, error) {
+	proto, port, _ := strings.Cut(strings.ToLower(s), "/")
+	var r PortRule
+	switch proto {
+	case "tcp":
+		r.Proto = 6
+	case "udp":
+		r.Proto = 17
+	case "icmp":
+		r.Proto = 1
+	case "icmpv6", "ipv6-icmp":
+		r.Proto = 58
+	default:
+		return r, fmt.Errorf("allowed port %q: want tcp/N, udp/N, icmp or icmpv6", s)
+	}
+	if r.Proto == 1 || r.Proto == 58 {
+		if port != "" {
+			return r, fmt.Errorf("allowed port %q: ICMP has no port", s)
+		}
+		return r, nil
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 {
+		return r, fmt.Errorf("allowed port %q: bad port", s)
+	}
+	r.Port = uint16(n)
+	return r, nil
+}

@@ -1,0 +1,255 @@
+package conntrack
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/flowplane/flowplane/internal/pin"
+)
+
+// persistent maps keep their pins across restarts: the table survives `run` being restarted.
+var persistent = []string{"ct_main", "ct_emb", "ct_stats", "ct_settings", "ct_events"}
+
+// Instance names the conntrack instance of the calling thread's network namespace: one pin
+// directory per namespace, so two routers of one lab never share a table.
+func Instance() (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return "", fmt.Errorf("identify network namespace: %w", err)
+	}
+	return fmt.Sprintf("ns%d", st.Ino), nil
+}
+
+// PinDir is the pin directory of the calling thread's namespace's instance.
+func PinDir() (string, error) {
+	inst, err := Instance()
+	if err != nil {
+		return "", err
+	}
+	return pin.Path("conntrack", inst), nil
+}
+
+// Datapath is the loaded program and its maps.
+type Datapath struct {
+	objs  ctObjects
+	dir   string
+	links []link.Link
+}
+
+// Load loads the program with cfg's settings, reusing the pinned tables of this namespace's
+// instance if there are any, and pins its maps. Nothing is attached yet.
+func Load(cfg *resolved) (*Datapath, error) {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	inst, err := Instance()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := pin.Dir("conntrack", inst)
+	if err != nil {
+		return nil, err
+	}
+	d, err := load(cfg, dir, true)
+	if err != nil && errors.Is(err, ebpf.ErrMapIncompatible) {
+		slog.Warn("pinned conntrack table does not fit this configuration; starting a new one", "dir", dir, "err", err)
+		for _, n := range persistent {
+			_ = os.Remove(filepath.Join(dir, n))
+		}
+		d, err = load(cfg, dir, true)
+	}
+	return d, err
+}
+
+// LoadUnpinned loads the program without touching bpffs (tests).
+func LoadUnpinned(cfg *resolved) (*Datapath, error) {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	return load(cfg, "", false)
+}
+
+func load(cfg *resolved, dir string, pinned bool) (*Datapath, error) {
+	spec, err := loadCt()
+	if err != nil {
+		return nil, fmt.Errorf("load conntrack spec: %w", err)
+	}
+	if err := spec.Variables["track_only"].Set(boolU32(cfg.trackOnly)); err != nil {
+		return nil, fmt.Errorf("set mode: %w", err)
+	}
+	spec.Maps["ct_main"].MaxEntries = cfg.confirmed
+	spec.Maps["ct_emb"].MaxEntries = cfg.embryonic
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
+	if pinned {
+		for _, n := range persistent {
+			m, err := ebpf.LoadPinnedMap(filepath.Join(dir, n), nil)
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("open pinned %s: %w", n, err)
+			}
+			defer m.Close()
+			if err := spec.Maps[n].Compatible(m); err != nil {
+				return nil, fmt.Errorf("%s: %w", n, err)
+			}
+			opts.MapReplacements[n] = m
+		}
+	}
+	d := &Datapath{dir: dir}
+	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load conntrack program: %+v", ve)
+		}
+		return nil, fmt.Errorf("load conntrack program: %w", err)
+	}
+	if err := d.SetSettings(cfg.timeouts, cfg.liberal, cfg.loose); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if err := d.setPolicy(cfg); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if pinned {
+		if err := d.pin(); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+func boolU32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Program is the XDP program (tests run it with BPF_PROG_TEST_RUN).
+func (d *Datapath) Program() *ebpf.Program { return d.objs.ConntrackXdp }
+
+// Tables returns the confirmed and unconfirmed connection maps.
+func (d *Datapath) Tables() *Tables {
+	return &Tables{Main: d.objs.CtMain, Emb: d.objs.CtEmb, Stats: d.objs.CtStats, Settings: d.objs.CtSettings, Events: d.objs.CtEvents}
+}
+
+// SetSettings writes timeouts (seconds per slot) and the TCP options.
+func (d *Datapath) SetSettings(timeouts [len(ctCtConfig{}.Timeout)]uint32, liberal, loose bool) error {
+	c := ctCtConfig{Timeout: timeouts, Liberal: boolU32(liberal), Loose: boolU32(loose)}
+	if err := d.objs.CtSettings.Put(uint32(0), &c); err != nil {
+		return fmt.Errorf("write settings: %w", err)
+	}
+	return nil
+}
+
+func (d *Datapath) setPolicy(cfg *resolved) error {
+	for _, r := range cfg.ports {
+		k := ctCtPortKey{Port: htons(r.Port), Proto: r.Proto}
+		if err := d.objs.CtAllowPort.Put(&k, uint8(1)); err != nil {
+			return fmt.Errorf("allow port: %w", err)
+		}
+	}
+	for _, p := range cfg.prefixes {
+		k := ctCtLpmKey{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As16()}
+		if p.Addr().Is4() {
+			k.Prefixlen += 96
+		}
+		if err := d.objs.CtAllowNet.Put(&k, uint8(1)); err != nil {
+			return fmt.Errorf("allow prefix %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// AddInterface gives ifindex a role and lets the program redirect to it (without attaching;
+// tests use this to run the program on crafted packets).
+func (d *Datapath) AddInterface(ifindex int, inside bool) error {
+	role := uint32(ctCtRoleCT_ROLE_OUTSIDE)
+	if inside {
+		role = uint32(ctCtRoleCT_ROLE_INSIDE)
+	}
+	if err := d.objs.CtIfaces.Put(uint32(ifindex), role); err != nil {
+		return fmt.Errorf("set role of interface %d: %w", ifindex, err)
+	}
+	if err := d.objs.TxPorts.Put(uint32(ifindex), uint32(ifindex)); err != nil {
+		return fmt.Errorf("add interface %d to the devmap: %w", ifindex, err)
+	}
+	return nil
+}
+
+// Attach gives ifc its role and attaches the program to it in native (driver) mode, falling
+// back to generic mode.
+func (d *Datapath) Attach(ifc *net.Interface, inside bool) error {
+	if err := d.AddInterface(ifc.Index, inside); err != nil {
+		return err
+	}
+	l, err := link.AttachXDP(link.XDPOptions{Program: d.objs.ConntrackXdp, Interface: ifc.Index, Flags: link.XDPDriverMode})
+	if err != nil {
+		slog.Warn("native XDP failed; using generic mode", "interface", ifc.Name, "err", err)
+		l, err = link.AttachXDP(link.XDPOptions{Program: d.objs.ConntrackXdp, Interface: ifc.Index, Flags: link.XDPGenericMode})
+	}
+	if err != nil {
+		return fmt.Errorf("attach XDP to %s: %w", ifc.Name, err)
+	}
+	d.links = append(d.links, l)
+	return nil
+}
+
+func (d *Datapath) pin() error {
+	maps := map[string]*ebpf.Map{
+		"ct_main": d.objs.CtMain, "ct_emb": d.objs.CtEmb, "ct_stats": d.objs.CtStats, "ct_settings": d.objs.CtSettings,
+		"ct_events": d.objs.CtEvents, "ct_ifaces": d.objs.CtIfaces,
+	}
+	for n, m := range maps {
+		p := filepath.Join(d.dir, n)
+		if m.IsPinned() {
+			continue
+		}
+		_ = os.Remove(p)
+		if err := m.Pin(p); err != nil {
+			return fmt.Errorf("pin %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// Close detaches the program (the pinned tables stay).
+func (d *Datapath) Close() error {
+	var errs []error
+	for _, l := range d.links {
+		errs = append(errs, l.Close())
+	}
+	d.links = nil
+	errs = append(errs, d.objs.Close())
+	return errors.Join(errs...)
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// addrOf turns a key address (network-order words) into a netip.Addr.
+func addrOf(words [4]uint32, family uint8) netip.Addr {
+	var b [16]byte
+	for i, w := range words {
+		// The words hold network-order bytes in host (little-endian) memory.
+		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(w), byte(w>>8), byte(w>>16), byte(w>>24)
+	}
+	if family == 4 {
+		return netip.AddrFrom4([4]byte(b[:4]))
+	}
+	return netip.AddrFrom16(b)
+}
+
+func unpinInstance(inst string) error { return pin.Remove("conntrack", inst) }

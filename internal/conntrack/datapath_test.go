@@ -1,0 +1,431 @@
+package conntrack
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/gopacket/gopacket/layers"
+
+	"github.com/flowplane/flowplane/internal/packet"
+)
+
+// XDP verdicts.
+const (
+	xdpDrop     = 1
+	xdpPass     = 2
+	xdpRedirect = 4
+)
+
+// step is one packet of a scripted exchange and what must follow from it.
+type step struct {
+	name  string
+	frame []byte
+	out   bool   // arrives on the outside interface (else inside)
+	ret   uint32 // XDP verdict
+	state string // state of the connection afterwards ("" = don't check, "-" = no entry)
+	count string // a counter that this packet must increment
+	key   *Entry // which connection "state" refers to (default: the only one)
+}
+
+func (f *fixture) script(t *testing.T, steps []step) {
+	t.Helper()
+	for i, s := range steps {
+		ok := t.Run(fmt.Sprintf("%02d_%s", i, s.name), func(t *testing.T) {
+			before := f.counters()
+			ifindex := f.in.Index
+			if s.out {
+				ifindex = f.out.Index
+			}
+			ret, _ := f.run(s.frame, ifindex)
+			if ret != s.ret {
+				t.Errorf("verdict %d, want %d (counters %v)", ret, s.ret, diff(before, f.counters()))
+			}
+			if s.count != "" {
+				if after := f.counters(); after[s.count] != before[s.count]+1 {
+					t.Errorf("counter %s: %d → %d, want +1 (changes %v)", s.count, before[s.count], after[s.count], diff(before, after))
+				}
+			}
+			if s.state != "" {
+				got := "-"
+				es := f.entries()
+				if len(es) > 1 && s.key == nil {
+					t.Fatalf("%d entries, want one: %+v", len(es), es)
+				}
+				for _, e := range es {
+					if s.key == nil || (e.Proto == s.key.Proto && e.Orig == s.key.Orig) {
+						got = e.State
+					}
+				}
+				if got != s.state {
+					t.Errorf("state %s, want %s", got, s.state)
+				}
+			}
+		})
+		if !ok {
+			t.FailNow() // later steps build on this one's state
+		}
+	}
+}
+
+func diff(a, b Counters) map[string]int64 {
+	d := map[string]int64{}
+	for k, v := range b {
+		if v != a[k] {
+			d[k] = int64(v) - int64(a[k])
+		}
+	}
+	return d
+}
+
+// tcp builds a TCP segment; c2s is client (inside) to server (outside).
+func tcp(c2s bool, flags string, seq, ack uint32, payload int) []byte {
+	b := packet.IP(outHost, inHost).TCP(80, 40000, flags)
+	if c2s {
+		b = packet.IP(inHost, outHost).TCP(40000, 80, flags)
+	}
+	b = b.Seq(seq).Ack(ack)
+	if payload > 0 {
+		b = b.Payload(make([]byte, payload))
+	}
+	return b.Bytes()
+}
+
+func tcpOpen(c2s bool, flags string, seq, ack uint32) []byte {
+	b := packet.IP(outHost, inHost).TCP(80, 40000, flags)
+	if c2s {
+		b = packet.IP(inHost, outHost).TCP(40000, 80, flags)
+	}
+	return b.Seq(seq).Ack(ack).MSS(1460).WScale(7).Bytes()
+}
+
+// handshake opens client 40000 → server 80 with the given ISNs.
+func handshake(ci, si uint32) []step {
+	return []step{
+		{name: "syn", frame: tcpOpen(true, "S", ci, 0), ret: xdpRedirect, state: "SYN_SENT", count: "new"},
+		{name: "synack", frame: tcpOpen(false, "SA", si, ci+1), out: true, ret: xdpRedirect, state: "SYN_RECV", count: "established"},
+		{name: "ack", frame: tcp(true, "A", ci+1, si+1, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+	}
+}
+
+func TestTCPLifecycle(t *testing.T) {
+	f := newFixture(t, nil)
+	ci, si := uint32(1000), uint32(5000)
+	steps := handshake(ci, si)
+	steps = append(steps,
+		step{name: "data c2s", frame: tcp(true, "PA", ci+1, si+1, 100), ret: xdpRedirect, state: "ESTABLISHED"},
+		step{name: "data s2c", frame: tcp(false, "PA", si+1, ci+101, 50), out: true, ret: xdpRedirect, state: "ESTABLISHED"},
+		step{name: "retransmission", frame: tcp(true, "PA", ci+1, si+1, 100), ret: xdpRedirect, state: "ESTABLISHED"},
+		step{name: "reordered old ack", frame: tcp(false, "A", si+51, ci+1, 0), out: true, ret: xdpRedirect, state: "ESTABLISHED"},
+		step{name: "fin c2s", frame: tcp(true, "FA", ci+101, si+51, 0), ret: xdpRedirect, state: "FIN_WAIT"},
+		step{name: "ack of fin", frame: tcp(false, "A", si+51, ci+102, 0), out: true, ret: xdpRedirect, state: "CLOSE_WAIT"},
+		step{name: "fin s2c", frame: tcp(false, "FA", si+51, ci+102, 0), out: true, ret: xdpRedirect, state: "LAST_ACK"},
+		step{name: "last ack", frame: tcp(true, "A", ci+102, si+52, 0), ret: xdpRedirect, state: "TIME_WAIT"},
+		step{name: "data after close", frame: tcp(true, "PA", ci+102, si+52, 10), ret: xdpRedirect, state: "TIME_WAIT"},
+		step{name: "new syn reopens TIME_WAIT", frame: tcpOpen(true, "S", 900000, 0), ret: xdpRedirect, state: "SYN_SENT", count: "new"},
+		step{name: "synack of reopened", frame: tcpOpen(false, "SA", 7000, 900001), out: true, ret: xdpRedirect, state: "SYN_RECV"},
+	)
+	f.script(t, steps)
+	es := f.entries()
+	if len(es) != 1 || es[0].Packets != [2]uint64{1, 1} || !es[0].Confirmed {
+		t.Errorf("after reopen: %+v", es)
+	}
+}
+
+func TestTCPInvalid(t *testing.T) {
+	f := newFixture(t, nil)
+	ci, si := uint32(1000), uint32(5000)
+	f.script(t, []step{
+		{name: "unsolicited outside syn", frame: tcpOpen(false, "S", si, 0), out: true, ret: xdpDrop, state: "-", count: "policy_drop"},
+		{name: "fin without connection", frame: tcp(true, "FA", ci, si, 0), ret: xdpDrop, state: "-", count: "invalid_no_conn"},
+		{name: "outside ack without connection", frame: tcp(false, "A", si, ci, 0), out: true, ret: xdpDrop, state: "-", count: "policy_drop"},
+		{name: "syn", frame: tcpOpen(true, "S", ci, 0), ret: xdpRedirect, state: "SYN_SENT"},
+		{name: "synack acking wrong seq", frame: tcpOpen(false, "SA", si, ci+2), out: true, ret: xdpDrop, state: "SYN_SENT", count: "invalid_synack"},
+		{name: "synack acking old seq", frame: tcpOpen(false, "SA", si, ci), out: true, ret: xdpDrop, state: "SYN_SENT", count: "invalid_synack"},
+		{name: "ack in SYN_SENT from client", frame: tcp(true, "A", ci+1, si+1, 0), ret: xdpDrop, state: "SYN_SENT", count: "invalid_tcp_state"},
+		{name: "synack", frame: tcpOpen(false, "SA", si, ci+1), out: true, ret: xdpRedirect, state: "SYN_RECV"},
+		{name: "ack", frame: tcp(true, "A", ci+1, si+1, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+		{name: "synack from client", frame: tcpOpen(true, "SA", ci, si+1), ret: xdpDrop, state: "ESTABLISHED", count: "invalid_tcp_state"},
+		{name: "no flags", frame: tcp(true, "", ci+1, si+1, 0), ret: xdpDrop, state: "ESTABLISHED", count: "invalid_malformed"},
+		{name: "syn+fin", frame: tcp(true, "SF", ci+1, si+1, 0), ret: xdpDrop, state: "ESTABLISHED", count: "invalid_malformed"},
+		{name: "fin without ack", frame: tcp(true, "F", ci+1, si+1, 0), ret: xdpDrop, state: "ESTABLISHED", count: "invalid_malformed"},
+		{name: "data far beyond window", frame: tcp(true, "PA", ci+1+10_000_000, si+1, 100), ret: xdpDrop, state: "ESTABLISHED", count: "invalid_window"},
+		{name: "ack of unsent data", frame: tcp(false, "A", si+1, ci+1+500_000, 0), out: true, ret: xdpDrop, state: "ESTABLISHED", count: "invalid_window"},
+		// nf (since Linux 6.1) ignores what fails only the lower bounds: passes it, changes nothing.
+		{name: "ack far in the past is ignored", frame: tcp(false, "A", si+1, ci+1-1_000_000, 0), out: true, ret: xdpRedirect, state: "ESTABLISHED", count: "window_ignored"},
+		{name: "data in window", frame: tcp(true, "PA", ci+1, si+1, 1000), ret: xdpRedirect, state: "ESTABLISHED"},
+		{name: "server acks", frame: tcp(false, "A", si+1, ci+1001, 0), out: true, ret: xdpRedirect, state: "ESTABLISHED"},
+		{name: "rst with stale seq", frame: tcp(true, "R", ci+1, 0, 0), ret: xdpDrop, state: "ESTABLISHED", count: "invalid_rst"},
+		{name: "rst out of window", frame: tcp(true, "R", ci+1+100_000_000, 0, 0), ret: xdpDrop, state: "ESTABLISHED", count: "invalid_rst"},
+		{name: "rst in window, inexact", frame: tcp(true, "R", ci+1001+100, 0, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+		{name: "rst exact", frame: tcp(true, "R", ci+1001, 0, 0), ret: xdpRedirect, state: "CLOSE"},
+		{name: "ack after rst", frame: tcp(false, "A", si+1, ci+1001, 0), out: true, ret: xdpRedirect, state: "CLOSE"},
+		{name: "syn reopens CLOSE", frame: tcpOpen(true, "S", 77, 0), ret: xdpRedirect, state: "SYN_SENT", count: "new"},
+		{name: "rst answering syn", frame: tcp(false, "RA", 0, 78, 0), out: true, ret: xdpRedirect, state: "CLOSE"},
+	})
+}
+
+func TestTCPWindowEdges(t *testing.T) {
+	f := newFixture(t, nil)
+	// Client window 65535 unscaled: the SYN carries no window scale here, so neither side scales.
+	ci, si := uint32(0xFFFFFF00), uint32(0x7FFFFFF0) // client sequence numbers wrap past 2^32
+	f.script(t, []step{
+		{name: "syn", frame: packet.IP(inHost, outHost).TCP(40000, 80, "S").Seq(ci).Window(1000).Bytes(), ret: xdpRedirect, state: "SYN_SENT"},
+		{name: "synack win 1000", frame: packet.IP(outHost, inHost).TCP(80, 40000, "SA").Seq(si).Ack(ci + 1).Window(1000).Bytes(), out: true, ret: xdpRedirect, state: "SYN_RECV"},
+		{name: "ack", frame: packet.IP(inHost, outHost).TCP(40000, 80, "A").Seq(ci + 1).Ack(si + 1).Window(1000).Bytes(), ret: xdpRedirect, state: "ESTABLISHED"},
+		// The server advertised 1000 bytes: the client may send up to ci+1+1000 (td_maxend).
+		{name: "data across 2^32 filling the window", frame: packet.IP(inHost, outHost).TCP(40000, 80, "PA").Seq(ci + 1).Ack(si + 1).Window(1000).Payload(make([]byte, 1000)).Bytes(), ret: xdpRedirect, state: "ESTABLISHED"},
+		{name: "segment starting at the window's end", frame: packet.IP(inHost, outHost).TCP(40000, 80, "PA").Seq(ci + 1 + 1000).Ack(si + 1).Window(1000).Payload(make([]byte, 10)).Bytes(), ret: xdpRedirect},
+		// Past td_maxend by more than the receiver's largest window: invalid.
+		{name: "segment overshooting the window", frame: packet.IP(inHost, outHost).TCP(40000, 80, "PA").Seq(ci + 1 + 1001 + 1000).Ack(si + 1).Window(1000).Payload(make([]byte, 10)).Bytes(), ret: xdpDrop, count: "invalid_window"},
+		// Past it by less: nf's workaround for senders overshooting the window accepts it.
+		{name: "segment starting one past it", frame: packet.IP(inHost, outHost).TCP(40000, 80, "PA").Seq(ci + 1 + 1001).Ack(si + 1).Window(1000).Payload(make([]byte, 10)).Bytes(), ret: xdpRedirect},
+		{name: "ack beyond what the client sent", frame: packet.IP(outHost, inHost).TCP(80, 40000, "A").Seq(si + 1).Ack(ci + 1 + 1011 + 1).Window(1000).Bytes(), out: true, ret: xdpDrop, count: "invalid_window"},
+		{name: "server acks across 2^32", frame: packet.IP(outHost, inHost).TCP(80, 40000, "A").Seq(si + 1).Ack(ci + 1 + 1011).Window(1000).Bytes(), out: true, ret: xdpRedirect},
+		{name: "old segment before the window is ignored", frame: packet.IP(inHost, outHost).TCP(40000, 80, "PA").Seq(ci + 1 - 5000).Ack(si + 1).Window(1000).Payload(make([]byte, 10)).Bytes(), ret: xdpRedirect, count: "window_ignored"},
+	})
+	e := f.entries()[0]
+	if got := e.raw.Tcp[0].TdEnd; got != ci+1+1011 {
+		t.Errorf("client td_end %#x, want %#x", got, ci+1+1011)
+	}
+}
+
+func TestTCPLiberal(t *testing.T) {
+	f := newFixture(t, &Config{Liberal: true})
+	ci, si := uint32(1000), uint32(5000)
+	steps := append(handshake(ci, si),
+		step{name: "out of window passes when liberal", frame: tcp(true, "PA", ci+1+10_000_000, si+1, 100), ret: xdpRedirect, state: "ESTABLISHED"})
+	f.script(t, steps)
+}
+
+func TestTCPSimultaneousOpen(t *testing.T) {
+	f := newFixture(t, nil)
+	ci, si := uint32(1000), uint32(5000)
+	f.script(t, []step{
+		{name: "syn c2s", frame: tcpOpen(true, "S", ci, 0), ret: xdpRedirect, state: "SYN_SENT"},
+		{name: "syn s2c crosses it", frame: tcpOpen(false, "S", si, 0), out: true, ret: xdpRedirect, state: "SYN_SENT2"},
+		{name: "synack s2c", frame: tcpOpen(false, "SA", si, ci+1), out: true, ret: xdpRedirect, state: "SYN_RECV"},
+		{name: "ack c2s", frame: tcp(true, "A", ci+1, si+1, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+	})
+}
+
+func TestTCPTimeWaitReplySyn(t *testing.T) {
+	f := newFixture(t, &Config{})
+	ci, si := uint32(1000), uint32(5000)
+	steps := append(handshake(ci, si),
+		step{name: "fin c2s", frame: tcp(true, "FA", ci+1, si+1, 0), ret: xdpRedirect, state: "FIN_WAIT"},
+		step{name: "fin s2c", frame: tcp(false, "FA", si+1, ci+2, 0), out: true, ret: xdpRedirect, state: "LAST_ACK"},
+		step{name: "ack", frame: tcp(true, "A", ci+2, si+2, 0), ret: xdpRedirect, state: "TIME_WAIT"},
+		// A SYN from the outside reuses the tuple: the old entry goes, and the new connection
+		// is judged by the policy (outside may not open connections).
+		step{name: "outside syn in TIME_WAIT", frame: tcpOpen(false, "S", 1, 0), out: true, ret: xdpDrop, state: "-", count: "policy_drop"},
+	)
+	f.script(t, steps)
+}
+
+func udp(c2s bool, sport, dport uint16) []byte {
+	if c2s {
+		return packet.IP(inHost, outHost).UDP(sport, dport).Payload([]byte("hello")).Bytes()
+	}
+	return packet.IP(outHost, inHost).UDP(dport, sport).Payload([]byte("world")).Bytes()
+}
+
+func TestUDP(t *testing.T) {
+	f := newFixture(t, nil)
+	k := &Entry{Proto: "udp", Orig: Tuple{Src: netip.MustParseAddr(inHost), Dst: netip.MustParseAddr(outHost), Sport: 5000, Dport: 53}}
+	f.script(t, []step{
+		{name: "unsolicited outside", frame: udp(false, 5000, 53), out: true, ret: xdpDrop, state: "-", count: "policy_drop"},
+		{name: "query", frame: udp(true, 5000, 53), ret: xdpRedirect, state: "NEW", count: "new"},
+		{name: "second query", frame: udp(true, 5000, 53), ret: xdpRedirect, state: "NEW"},
+		{name: "reply promotes", frame: udp(false, 5000, 53), out: true, ret: xdpRedirect, state: "ESTABLISHED", count: "established"},
+		{name: "more replies", frame: udp(false, 5000, 53), out: true, ret: xdpRedirect, state: "ESTABLISHED", key: k},
+		{name: "outside to another port", frame: udp(false, 5001, 53), out: true, ret: xdpDrop, count: "policy_drop", state: "ESTABLISHED", key: k},
+	})
+	es := f.entries()
+	if len(es) != 1 || es[0].Packets != [2]uint64{2, 2} || es[0].Bytes[0] != 2*33 || !es[0].Confirmed {
+		t.Errorf("entries %+v", es)
+	}
+	if es[0].Timeout < 119 || es[0].Timeout > 120 {
+		t.Errorf("stream timeout %.1fs, want 120s", es[0].Timeout)
+	}
+}
+
+func TestICMP(t *testing.T) {
+	f := newFixture(t, nil)
+	udpKey := &Entry{Proto: "udp", Orig: Tuple{Src: netip.MustParseAddr(inHost), Dst: netip.MustParseAddr(outHost), Sport: 5000, Dport: 53}}
+	echoKey := &Entry{Proto: "icmp", Orig: Tuple{Src: netip.MustParseAddr(inHost), Dst: netip.MustParseAddr(outHost), ID: 77}}
+	quoted := packet.IP(inHost, outHost).UDP(5000, 53).Payload([]byte("hello")).IPBytes()
+	other := packet.IP(inHost, outHost).UDP(5999, 53).Payload([]byte("hello")).IPBytes()
+	f.script(t, []step{
+		{name: "echo request from outside", frame: packet.IP(outHost, inHost).Echo(5, 1, false).Bytes(), out: true, ret: xdpDrop, state: "-", count: "policy_drop"},
+		{name: "echo reply unsolicited", frame: packet.IP(outHost, inHost).Echo(5, 1, true).Bytes(), out: true, ret: xdpDrop, state: "-", count: "invalid_no_conn"},
+		{name: "echo request", frame: packet.IP(inHost, outHost).Echo(77, 1, false).Bytes(), ret: xdpRedirect, state: "NEW", count: "new"},
+		{name: "echo reply", frame: packet.IP(outHost, inHost).Echo(77, 1, true).Bytes(), out: true, ret: xdpRedirect, state: "ESTABLISHED", count: "established"},
+		{name: "reply with another id", frame: packet.IP(outHost, inHost).Echo(78, 1, true).Bytes(), out: true, ret: xdpDrop, count: "invalid_no_conn"},
+		{name: "timestamp request", frame: packet.IP(outHost, inHost).ICMPError(13, 0, nil).Bytes(), out: true, ret: xdpDrop, count: "invalid_icmp"},
+		{name: "udp flow", frame: udp(true, 5000, 53), ret: xdpRedirect, state: "NEW", key: udpKey},
+		{name: "port unreachable for it is related", frame: packet.IP(outHost, inHost).ICMPError(3, 3, quoted).Bytes(), out: true, ret: xdpRedirect, count: "related"},
+		{name: "unreachable for an unknown flow", frame: packet.IP(outHost, inHost).ICMPError(3, 3, other).Bytes(), out: true, ret: xdpDrop, count: "invalid_icmp"},
+		{name: "truncated quote", frame: packet.IP(outHost, inHost).ICMPError(3, 3, quoted[:24]).Bytes(), out: true, ret: xdpDrop, count: "invalid_icmp"},
+		{name: "time exceeded for the echo", frame: packet.IP(outHost, inHost).ICMPError(11, 0, packet.IP(inHost, outHost).Echo(77, 2, false).IPBytes()).Bytes(), out: true, ret: xdpRedirect, count: "related", state: "ESTABLISHED", key: echoKey},
+	})
+}
+
+func TestIPv6(t *testing.T) {
+	f := newFixture(t, nil)
+	ci, si := uint32(1000), uint32(5000)
+	c2s := func(flags string, seq, ack uint32) *packet.Builder {
+		return packet.IP(inHost6, outHost6).TCP(40000, 443, flags).Seq(seq).Ack(ack)
+	}
+	s2c := func(flags string, seq, ack uint32) *packet.Builder {
+		return packet.IP(outHost6, inHost6).TCP(443, 40000, flags).Seq(seq).Ack(ack)
+	}
+	quoted := packet.IP(inHost6, outHost6).UDP(5000, 53).IPBytes()
+	f.script(t, []step{
+		{name: "unsolicited outside", frame: s2c("S", si, 0).Bytes(), out: true, ret: xdpDrop, state: "-", count: "policy_drop"},
+		{name: "syn with hop-by-hop and dest options", frame: packet.IP(inHost6, outHost6).IPv6Ext(layers.IPProtocolIPv6HopByHop, []byte{1, 4, 0, 0, 0, 0}).IPv6Ext(layers.IPProtocolIPv6Destination, nil).TCP(40000, 443, "S").Seq(ci).WScale(7).Bytes(), ret: xdpRedirect, state: "SYN_SENT"},
+		{name: "synack", frame: s2c("SA", si, ci+1).WScale(7).Bytes(), out: true, ret: xdpRedirect, state: "SYN_RECV"},
+		{name: "ack", frame: c2s("A", ci+1, si+1).Bytes(), ret: xdpRedirect, state: "ESTABLISHED"},
+		{name: "data", frame: c2s("PA", ci+1, si+1).Payload(make([]byte, 500)).Bytes(), ret: xdpRedirect, state: "ESTABLISHED"},
+		{name: "fragment is passed", frame: packet.IP(inHost6, outHost6).IPv6Ext(layers.IPProtocolIPv6Fragment, []byte{0, 0, 0, 0, 0, 1}).UDP(1, 2).Bytes(), ret: xdpPass, count: "passed"},
+		{name: "echo request", frame: packet.IP(inHost6, outHost6).Echo(9, 1, false).Bytes(), ret: xdpRedirect, count: "new"},
+		{name: "echo reply", frame: packet.IP(outHost6, inHost6).Echo(9, 1, true).Bytes(), out: true, ret: xdpRedirect, count: "established"},
+		{name: "udp", frame: packet.IP(inHost6, outHost6).UDP(5000, 53).Bytes(), ret: xdpRedirect, count: "new"},
+		{name: "icmpv6 unreachable related", frame: packet.IP(outHost6, inHost6).ICMPError(1, 4, quoted).Bytes(), out: true, ret: xdpRedirect, count: "related"},
+	})
+	es := f.entries()
+	if len(es) != 3 {
+		t.Errorf("want tcp, icmpv6 and udp entries: %+v", es)
+	}
+}
+
+func TestForwardRewrites(t *testing.T) {
+	f := newFixture(t, nil)
+	ret, out := f.run(packet.IP(inHost, outHost).TTL(9).UDP(1, 2).Payload([]byte("x")).Bytes(), f.in.Index)
+	if ret != xdpRedirect {
+		t.Fatalf("verdict %d", ret)
+	}
+	p := packet.Decode(out)
+	eth := p.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+	ip := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+	if eth.DstMAC.String() != outMAC.String() || eth.SrcMAC.String() != netHW(f.out.MAC) {
+		t.Errorf("MACs %s → %s, want %s → %s", eth.SrcMAC, eth.DstMAC, netHW(f.out.MAC), outMAC)
+	}
+	if ip.TTL != 8 {
+		t.Errorf("TTL %d, want 8", ip.TTL)
+	}
+	// The checksum must still be right: recompute it with gopacket.
+	want := packet.IP(inHost, outHost).TTL(8).UDP(1, 2).Payload([]byte("x")).Bytes()
+	if wantIP := packet.Decode(want).Layer(layers.LayerTypeIPv4).(*layers.IPv4); wantIP.Checksum != ip.Checksum {
+		t.Errorf("IP checksum %#x, want %#x", ip.Checksum, wantIP.Checksum)
+	}
+	ret, out = f.run(packet.IP(inHost6, outHost6).TTL(9).UDP(1, 2).Bytes(), f.in.Index)
+	if ret != xdpRedirect || packet.Decode(out).Layer(layers.LayerTypeIPv6).(*layers.IPv6).HopLimit != 8 {
+		t.Errorf("IPv6: verdict %d, hop limit not decremented", ret)
+	}
+	f.script(t, []step{
+		{name: "ttl 1 goes to the kernel", frame: packet.IP(inHost, outHost).TTL(1).UDP(1, 3).Bytes(), ret: xdpPass, count: "passed"},
+		{name: "ipv4 fragment goes to the kernel", frame: packet.IP(inHost, outHost).Fragment(10, false).UDP(1, 3).Bytes(), ret: xdpPass, count: "passed"},
+		{name: "to the router itself", frame: packet.IP(inHost, "198.18.1.1").UDP(1, 3).Bytes(), ret: xdpPass, count: "passed"},
+		{name: "no route", frame: packet.IP(inHost, "198.19.200.1").UDP(1, 3).Bytes(), ret: xdpPass, count: "passed"},
+		{name: "other protocol", frame: packet.IP(inHost, outHost).Bytes(), ret: xdpPass, count: "passed"},
+		{name: "not IP", frame: append(append([]byte(nil), want[:12]...), 0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1), ret: xdpPass, count: "passed"},
+		{name: "frame shorter than its IP length", frame: packet.IP(inHost, outHost).TCP(1, 2, "S").Bytes()[:14+20+10], ret: xdpPass, count: "passed"},
+		{name: "tcp header beyond the packet", frame: badDoff(), ret: xdpDrop, count: "invalid_malformed"},
+		{name: "udp length beyond the packet", frame: badUDPLen(), ret: xdpDrop, count: "invalid_malformed"},
+	})
+}
+
+func netHW(b []byte) string {
+	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3], b[4], b[5])
+}
+
+func TestTrackMode(t *testing.T) {
+	f := newFixture(t, &Config{Mode: "track"})
+	f.script(t, []step{
+		{name: "unsolicited outside still forwarded", frame: tcpOpen(false, "S", 1, 0), out: true, ret: xdpRedirect, state: "-", count: "policy_drop"},
+		{name: "invalid still forwarded", frame: tcp(true, "FA", 1, 1, 0), ret: xdpRedirect, count: "invalid_no_conn"},
+	})
+}
+
+func TestAllowPolicy(t *testing.T) {
+	cfg := &Config{}
+	cfg.Allow.Ports = []string{"tcp/22", "icmp"}
+	cfg.Allow.Prefixes = []string{"198.18.1.128/25"}
+	f := newFixture(t, cfg)
+	f.script(t, []step{
+		{name: "outside to an allowed port", frame: packet.IP(outHost, inHost).TCP(50000, 22, "S").Seq(1).Bytes(), out: true, ret: xdpRedirect, state: "SYN_SENT", count: "new"},
+		{name: "outside to another port", frame: packet.IP(outHost, inHost).TCP(50000, 23, "S").Seq(1).Bytes(), out: true, ret: xdpDrop, count: "policy_drop"},
+		{name: "outside ping allowed", frame: packet.IP(outHost, inHost).Echo(1, 1, false).Bytes(), out: true, ret: xdpRedirect, count: "new"},
+		// No neighbour entry for .200: tracked and allowed, then handed to the kernel to resolve it.
+		{name: "outside to an allowed prefix", frame: packet.IP(outHost, "198.18.1.200").UDP(1, 9).Bytes(), out: true, ret: xdpPass, count: "new"},
+		{name: "outside to the rest", frame: packet.IP(outHost, "198.18.1.20").UDP(1, 9).Bytes(), out: true, ret: xdpDrop, count: "policy_drop"},
+	})
+}
+
+func badDoff() []byte {
+	b := packet.IP(inHost, outHost).TCP(1, 2, "S").Bytes()
+	b[14+20+12] = 0xf0 // data offset 15 words: options that are not there
+	return b
+}
+
+func badUDPLen() []byte {
+	b := packet.IP(inHost, outHost).UDP(1, 2).Payload([]byte("abc")).Bytes()
+	b[14+20+4], b[14+20+5] = 0, 200
+	return b
+}
+
+func TestTCPPickup(t *testing.T) {
+	f := newFixture(t, nil)
+	ci, si := uint32(1000), uint32(5000)
+	f.script(t, []step{
+		{name: "outside mid-stream ack is not picked up", frame: tcp(false, "A", si, ci, 0), out: true, ret: xdpDrop, state: "-", count: "policy_drop"},
+		{name: "inside mid-stream ack is", frame: tcp(true, "PA", ci, si, 100), ret: xdpRedirect, state: "ESTABLISHED", count: "new"},
+		{name: "reply confirms it", frame: tcp(false, "A", si, ci+100, 0), out: true, ret: xdpRedirect, state: "ESTABLISHED", count: "established"},
+		{name: "window is not checked (scale unknown)", frame: tcp(true, "PA", ci+50_000_000, si, 100), ret: xdpRedirect, state: "ESTABLISHED"},
+		{name: "fin", frame: tcp(true, "FA", ci+100, si, 0), ret: xdpRedirect, state: "FIN_WAIT"},
+	})
+	strict := false
+	g := newFixture(t, &Config{TCPLoose: &strict})
+	g.script(t, []step{
+		{name: "no pickup when tcp_loose is off", frame: tcp(true, "A", ci, si, 0), ret: xdpDrop, state: "-", count: "invalid_no_conn"},
+	})
+}
+
+// TestRouteCache checks that a confirmed connection remembers its FIB result per direction and
+// that packets forwarded from the cache are rewritten exactly as looked-up ones.
+func TestRouteCache(t *testing.T) {
+	f := newFixture(t, nil)
+	f.run(udp(true, 5000, 53), f.in.Index)
+	f.run(udp(false, 5000, 53), f.out.Index) // confirms
+	var outs [][]byte
+	for i := 0; i < 3; i++ {
+		ret, out := f.run(udp(false, 5000, 53), f.out.Index)
+		if ret != xdpRedirect {
+			t.Fatalf("reply %d: verdict %d", i, ret)
+		}
+		outs = append(outs, out)
+	}
+	for i := 1; i < len(outs); i++ {
+		if string(outs[i]) != string(outs[0]) {
+			t.Errorf("cached forwarding rewrote reply %d differently:\n%x\n%x", i, outs[i], outs[0])
+		}
+	}
+	eth := packet.Decode(outs[0]).Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
+	if eth.DstMAC.String() != inMAC.String() || eth.SrcMAC.String() != netHW(f.in.MAC) {
+		t.Errorf("MACs %s → %s", eth.SrcMAC, eth.DstMAC)
+	}
+	e := f.entries()[0]
+	r := e.raw.Route[1] // reply direction
+	if r.Checked == 0 || int(r.Ifindex) != f.in.Index || int(r.Ingress) != f.out.Index || r.LenOk != 33 {
+		t.Errorf("reply route cache %+v", r)
+	}
+	// A longer packet was not MTU-checked by the cached lookup: it takes a fresh one.
+	big := packet.IP(outHost, inHost).UDP(53, 5000).Payload(make([]byte, 1000)).Bytes()
+	if ret, _ := f.run(big, f.out.Index); ret != xdpRedirect {
+		t.Fatalf("long reply: verdict %d", ret)
+	}
+	if r := f.entries()[0].raw.Route[1]; r.LenOk != 1028 {
+		t.Errorf("after a longer packet the cache covers %d bytes, want 1028", r.LenOk)
+	}
+}

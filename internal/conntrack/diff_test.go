@@ -1,0 +1,369 @@
+package conntrack
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/flowplane/flowplane/internal/lab"
+	"github.com/flowplane/flowplane/internal/lab/labtest"
+	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/packet"
+	"github.com/flowplane/flowplane/internal/testenv"
+)
+
+// nftRules is the reference firewall: nf_conntrack with the policy conntrack implements.
+const nftRules = `table inet fpct {
+	chain fpfwd {
+		type filter hook forward priority 0; policy drop;
+		ct state invalid drop
+		ct state established,related accept
+		iifname "%s" ct state new accept
+	}
+}`
+
+// hostDrop keeps the hosts' own stacks from answering the scripted packets (no RSTs, no ICMP):
+// the packet sockets still see everything that arrives.
+const hostDrop = `table inet fpcthost { chain in { type filter hook input priority 0; policy drop; }; }`
+
+// diffLab is a lab whose hosts send crafted frames and capture what reaches them.
+type diffLab struct {
+	t        *testing.T
+	l        *lab.Lab
+	h1, h2   netip.Addr
+	h16, h26 netip.Addr
+	dev      map[string]string           // node → its eth0 (hosts) or "r1:in"/"r1:out"
+	mac      map[string]net.HardwareAddr // same keys
+	rx       map[string]int              // host → capture socket
+	tx       map[string]int              // host → send socket
+}
+
+type dstep struct {
+	name  string
+	from  string // "h1" (inside) or "h2" (outside)
+	frame func(d *diffLab) *packet.Builder
+}
+
+func (d *diffLab) setup() {
+	t := d.t
+	d.dev, d.mac, d.rx, d.tx = map[string]string{}, map[string]net.HardwareAddr{}, map[string]int{}, map[string]int{}
+	for _, x := range []struct {
+		key, node string
+		i         int
+	}{{"h1", "h1", 0}, {"h2", "h2", 0}, {"r1:in", "r1", 0}, {"r1:out", "r1", 1}} {
+		n, err := d.l.Node(x.node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.dev[x.key] = d.l.IfName(n.Ifaces[x.i])
+		if err := nsrun.Do(d.l.Netns(x.node), func() error {
+			link, err := netlink.LinkByName(d.dev[x.key])
+			if err != nil {
+				return err
+			}
+			d.mac[x.key] = link.Attrs().HardwareAddr
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Resolve neighbours before the hosts stop answering anything.
+	labtest.Run(t, d.l, "h1", "ping", "-c", "1", "-W", "2", d.h2.String())
+	labtest.Run(t, d.l, "h1", "ping", "-6", "-c", "1", "-W", "2", d.h26.String())
+	for _, h := range []string{"h1", "h2"} {
+		nft(t, d.l, h, hostDrop)
+		if err := nsrun.Do(d.l.Netns(h), func() error {
+			link, err := net.InterfaceByName(d.dev[h])
+			if err != nil {
+				return err
+			}
+			for _, m := range []map[string]int{d.rx, d.tx} {
+				fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
+				if err != nil {
+					return err
+				}
+				if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: link.Index}); err != nil {
+					return err
+				}
+				m[h] = fd
+			}
+			tv := unix.NsecToTimeval(int64(20 * time.Millisecond))
+			return unix.SetsockoptTimeval(d.rx[h], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		fds := []int{d.rx[h], d.tx[h]}
+		t.Cleanup(func() {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+		})
+	}
+}
+
+// nft loads rules on node.
+func nft(t testing.TB, l *lab.Lab, node, rules string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd, err := l.Command(ctx, node, "nft", "-f", "-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft on %s: %v\n%s", node, err, out)
+	}
+}
+
+// send injects one scripted frame and reports whether the other host received it.
+func (d *diffLab) send(s dstep) bool {
+	to := map[string]string{"h1": "h2", "h2": "h1"}[s.from]
+	routerSide := map[string]string{"h1": "r1:in", "h2": "r1:out"}[s.from]
+	frame := s.frame(d).MAC(d.mac[s.from], d.mac[routerSide]).Bytes()
+	d.drain(to)
+	if err := unix.Send(d.tx[s.from], frame, 0); err != nil {
+		d.t.Fatalf("%s: send: %v", s.name, err)
+	}
+	// Compare from the addresses to the IP length (TTL, checksum and MACs change on the way,
+	// and the kernel trims Ethernet padding where XDP keeps it).
+	off, end := 14+12, 14+int(frame[16])<<8|int(frame[17])
+	if frame[12] == 0x86 {
+		off, end = 14+8, 14+40+int(frame[18])<<8|int(frame[19])
+	}
+	want := frame[off:end]
+	buf := make([]byte, 2048)
+	for deadline := time.Now().Add(150 * time.Millisecond); time.Now().Before(deadline); {
+		n, err := unix.Read(d.rx[to], buf)
+		if err != nil {
+			continue
+		}
+		if n >= end && bytes.Equal(buf[off:end], want) {
+			return true
+		}
+		if os.Getenv("FPCT_DEBUG") != "" && n > off {
+			d.t.Logf("%s: other frame %x\n want %x", s.name, buf[:n], frame)
+		}
+	}
+	return false
+}
+
+func (d *diffLab) drain(h string) {
+	buf := make([]byte, 2048)
+	for {
+		if _, err := unix.Read(d.rx[h], buf); err != nil {
+			return
+		}
+	}
+}
+
+// state is one connection's final state, as both trackers can print it.
+type state struct{ proto, src, dst, ports, tcp, flags string }
+
+func (s state) String() string {
+	return strings.TrimSpace(fmt.Sprintf("%s %s→%s %s %s %s", s.proto, s.src, s.dst, s.ports, s.tcp, s.flags))
+}
+
+// nfStates parses conntrack -L in r1.
+func nfStates(t *testing.T, l *lab.Lab) []string {
+	var out []string
+	for _, fam := range []string{"ipv4", "ipv6"} {
+		text := labtest.Run(t, l, "r1", "conntrack", "-L", "-f", fam)
+		for _, line := range strings.Split(text, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 4 || strings.HasPrefix(line, "conntrack") {
+				continue
+			}
+			s := state{proto: f[0]}
+			if s.proto == "ipv6-icmp" {
+				s.proto = "icmpv6"
+			}
+			kv := map[string]string{}
+			for _, x := range f[3:] {
+				if k, v, ok := strings.Cut(x, "="); ok {
+					if _, dup := kv[k]; !dup {
+						kv[k] = v
+					}
+				} else if x == "[UNREPLIED]" {
+					s.flags = "unreplied"
+				} else if s.proto == "tcp" && s.tcp == "" && !strings.HasPrefix(x, "[") {
+					s.tcp = x
+				}
+			}
+			s.src, s.dst = kv["src"], kv["dst"]
+			if kv["id"] != "" {
+				s.ports = "id=" + kv["id"]
+			} else {
+				s.ports = kv["sport"] + ">" + kv["dport"]
+			}
+			out = append(out, s.String())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func fpStates(es []Entry) []string {
+	var out []string
+	for _, e := range es {
+		s := state{proto: e.Proto, src: e.Orig.Src.String(), dst: e.Orig.Dst.String()}
+		if e.Proto == "tcp" {
+			s.tcp = e.State
+		}
+		if e.Orig.ID != 0 {
+			s.ports = fmt.Sprintf("id=%d", e.Orig.ID)
+		} else {
+			s.ports = fmt.Sprintf("%d>%d", e.Orig.Sport, e.Orig.Dport)
+		}
+		if !e.SeenReply {
+			s.flags = "unreplied"
+		}
+		out = append(out, s.String())
+	}
+	sort.Strings(out)
+	return out
+}
+
+func diffScript() []dstep {
+	ip := func(from string) func(d *diffLab) (string, string) {
+		return func(d *diffLab) (string, string) {
+			if from == "h1" {
+				return d.h1.String(), d.h2.String()
+			}
+			return d.h2.String(), d.h1.String()
+		}
+	}
+	tcpS := func(from string, sport, dport uint16, flags string, seq, ack uint32, payload int) func(d *diffLab) *packet.Builder {
+		return func(d *diffLab) *packet.Builder {
+			s, dd := ip(from)(d)
+			b := packet.IP(s, dd).TCP(sport, dport, flags).Seq(seq).Ack(ack)
+			if strings.Contains(flags, "S") {
+				b = b.MSS(1460).WScale(7)
+			}
+			if payload > 0 {
+				b = b.Payload(bytes.Repeat([]byte{'d'}, payload))
+			}
+			return b
+		}
+	}
+	c, s := uint16(41000), uint16(8000)
+	ci, si := uint32(1000), uint32(5000)
+	c2, ci2, si2 := uint16(41001), uint32(70000), uint32(90000)
+	udpQ := func(d *diffLab) *packet.Builder {
+		return packet.IP(d.h1.String(), d.h2.String()).UDP(5000, 53).Payload([]byte("query"))
+	}
+	return []dstep{
+		{"unsolicited outside syn", "h2", tcpS("h2", s, c, "S", si, 0, 0)},
+		{"syn", "h1", tcpS("h1", c, s, "S", ci, 0, 0)},
+		{"synack acking a later seq", "h2", tcpS("h2", s, c, "SA", si, ci+2, 0)},
+		{"synack", "h2", tcpS("h2", s, c, "SA", si, ci+1, 0)},
+		{"ack", "h1", tcpS("h1", c, s, "A", ci+1, si+1, 0)},
+		{"data c2s", "h1", tcpS("h1", c, s, "PA", ci+1, si+1, 100)},
+		{"data s2c", "h2", tcpS("h2", s, c, "PA", si+1, ci+101, 50)},
+		{"retransmission", "h1", tcpS("h1", c, s, "PA", ci+1, si+1, 100)},
+		{"data far beyond the window", "h1", tcpS("h1", c, s, "PA", ci+10_000_000, si+51, 100)},
+		{"ack of unsent data", "h2", tcpS("h2", s, c, "A", si+51, ci+500_000, 0)},
+		{"fin without ack", "h1", tcpS("h1", c, s, "F", ci+101, 0, 0)},
+		{"rst with stale seq", "h1", tcpS("h1", c, s, "R", ci+1, 0, 0)},
+		{"rst in window, inexact", "h1", tcpS("h1", c, s, "R", ci+201, 0, 0)},
+		{"rst exact", "h1", tcpS("h1", c, s, "R", ci+101, 0, 0)},
+		{"syn 2", "h1", tcpS("h1", c2, s, "S", ci2, 0, 0)},
+		{"synack 2", "h2", tcpS("h2", s, c2, "SA", si2, ci2+1, 0)},
+		{"ack 2", "h1", tcpS("h1", c2, s, "A", ci2+1, si2+1, 0)},
+		{"fin c2s", "h1", tcpS("h1", c2, s, "FA", ci2+1, si2+1, 0)},
+		{"ack of fin", "h2", tcpS("h2", s, c2, "A", si2+1, ci2+2, 0)},
+		{"fin s2c", "h2", tcpS("h2", s, c2, "FA", si2+1, ci2+2, 0)},
+		{"last ack", "h1", tcpS("h1", c2, s, "A", ci2+2, si2+2, 0)},
+		{"new syn in TIME_WAIT", "h1", tcpS("h1", c2, s, "S", ci2+100000, 0, 0)},
+		{"udp query", "h1", udpQ},
+		{"udp reply", "h2", func(d *diffLab) *packet.Builder {
+			return packet.IP(d.h2.String(), d.h1.String()).UDP(53, 5000).Payload([]byte("answer"))
+		}},
+		{"unsolicited udp", "h2", func(d *diffLab) *packet.Builder {
+			return packet.IP(d.h2.String(), d.h1.String()).UDP(53, 5001).Payload([]byte("x"))
+		}},
+		{"icmp error for the udp flow", "h2", func(d *diffLab) *packet.Builder {
+			return packet.IP(d.h2.String(), d.h1.String()).ICMPError(3, 3, udpQ(d).IPBytes())
+		}},
+		{"icmp error for nothing", "h2", func(d *diffLab) *packet.Builder {
+			return packet.IP(d.h2.String(), d.h1.String()).ICMPError(3, 3, packet.IP(d.h1.String(), d.h2.String()).UDP(6000, 53).IPBytes())
+		}},
+		{"echo request", "h1", func(d *diffLab) *packet.Builder { return packet.IP(d.h1.String(), d.h2.String()).Echo(77, 1, false) }},
+		{"echo reply", "h2", func(d *diffLab) *packet.Builder { return packet.IP(d.h2.String(), d.h1.String()).Echo(77, 1, true) }},
+		{"echo reply, unknown id", "h2", func(d *diffLab) *packet.Builder { return packet.IP(d.h2.String(), d.h1.String()).Echo(78, 1, true) }},
+		{"echo request from outside", "h2", func(d *diffLab) *packet.Builder { return packet.IP(d.h2.String(), d.h1.String()).Echo(79, 1, false) }},
+		{"ipv6 unsolicited syn", "h2", func(d *diffLab) *packet.Builder {
+			return packet.IP(d.h26.String(), d.h16.String()).TCP(443, 42000, "S").Seq(1)
+		}},
+		{"ipv6 syn", "h1", func(d *diffLab) *packet.Builder {
+			return packet.IP(d.h16.String(), d.h26.String()).TCP(42000, 443, "S").Seq(100).WScale(7)
+		}},
+		{"ipv6 synack", "h2", func(d *diffLab) *packet.Builder {
+			return packet.IP(d.h26.String(), d.h16.String()).TCP(443, 42000, "SA").Seq(900).Ack(101).WScale(7)
+		}},
+		{"ipv6 ack", "h1", func(d *diffLab) *packet.Builder {
+			return packet.IP(d.h16.String(), d.h26.String()).TCP(42000, 443, "A").Seq(101).Ack(901)
+		}},
+		{"icmpv6 echo", "h1", func(d *diffLab) *packet.Builder { return packet.IP(d.h16.String(), d.h26.String()).Echo(5, 1, false) }},
+		{"icmpv6 echo reply", "h2", func(d *diffLab) *packet.Builder { return packet.IP(d.h26.String(), d.h16.String()).Echo(5, 1, true) }},
+	}
+}
+
+// TestDifferential runs one scripted exchange through r1 twice, once with nftables `ct state`
+// rules over nf_conntrack and once with conntrack, and compares which packets each delivered
+// and the connections each ends with.
+func TestDifferential(t *testing.T) {
+	testenv.Need(t, "nft", "conntrack")
+	l := labtest.Up(t, labYAML)
+	prepareHosts(t, l)
+	d := &diffLab{t: t, l: l}
+	d.h1, d.h2 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "4")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "4"))
+	d.h16, d.h26 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "6")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "6"))
+	d.setup()
+	script := diffScript()
+
+	// nf_conntrack.
+	labtest.Run(t, l, "r1", "sysctl", "-qw", "net.netfilter.nf_conntrack_tcp_loose=1")
+	nft(t, l, "r1", fmt.Sprintf(nftRules, d.dev["r1:in"]))
+	nfDelivered := make([]bool, len(script))
+	for i, s := range script {
+		nfDelivered[i] = d.send(s)
+	}
+	nf := nfStates(t, l)
+	labtest.Run(t, l, "r1", "nft", "delete", "table", "inet", "fpct")
+	_, _ = labtest.Try(l, "r1", "conntrack", "-F")
+
+	// flowplane conntrack.
+	c := &ctLab{t: t, l: l, cfg: &Config{}}
+	c.start()
+	t.Cleanup(func() {
+		c.stop()
+		_ = nsrun.Do(l.Netns("r1"), func() error {
+			inst, err := Instance()
+			if err == nil {
+				_ = unpinInstance(inst)
+			}
+			return err
+		})
+	})
+	for i, s := range script {
+		if got := d.send(s); got != nfDelivered[i] {
+			t.Errorf("%q: flowplane delivered=%v, nf_conntrack delivered=%v", s.name, got, nfDelivered[i])
+		}
+	}
+	fp := fpStates(c.entries())
+	if strings.Join(fp, "\n") != strings.Join(nf, "\n") {
+		t.Errorf("final state differs\nnf_conntrack:\n  %s\nflowplane:\n  %s", strings.Join(nf, "\n  "), strings.Join(fp, "\n  "))
+	}
+	t.Logf("%d packets, delivered by both: %v", len(script), nfDelivered)
+}

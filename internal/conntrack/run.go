@@ -1,0 +1,146 @@
+package conntrack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Sweep interval bounds: the sweep adapts between them to how much it finds expired.
+const (
+	minSweep = 1 * time.Second
+	maxSweep = 30 * time.Second
+)
+
+// Run loads the program, attaches it to the interfaces, sweeps expired entries until ctx is
+// done, then detaches. The pinned tables outlive it.
+func Run(ctx context.Context, cfg *resolved, inside, outside []*net.Interface, metricsAddr string) error {
+	return run(ctx, cfg, inside, outside, metricsAddr, nil)
+}
+
+// run is Run calling ready (if set) once the program is attached.
+func run(ctx context.Context, cfg *resolved, inside, outside []*net.Interface, metricsAddr string, ready func()) error {
+	d, err := Load(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := d.Close(); err != nil {
+			slog.Warn("detach conntrack", "err", err)
+		}
+		slog.Info("conntrack detached; the table stays pinned", "dir", d.dir)
+	}()
+	for _, x := range []struct {
+		ifs    []*net.Interface
+		inside bool
+	}{{inside, true}, {outside, false}} {
+		for _, ifc := range x.ifs {
+			if err := d.Attach(ifc, x.inside); err != nil {
+				return err
+			}
+		}
+	}
+	mode := "firewall"
+	if cfg.trackOnly {
+		mode = "track"
+	}
+	slog.Info("conntrack running", "inside", names(inside), "outside", names(outside), "mode", mode, "pins", d.dir)
+	t := d.Tables()
+	if metricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(NewCollector(t))
+		srv := &http.Server{Addr: metricsAddr, Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+		ln, err := net.Listen("tcp", metricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				slog.Error("metrics server", "err", err)
+			}
+		}()
+		defer srv.Close()
+		slog.Info("serving metrics", "addr", ln.Addr().String())
+	}
+	if ready != nil {
+		ready()
+	}
+	return sweepLoop(ctx, t)
+}
+
+func names(ifs []*net.Interface) []string {
+	var n []string
+	for _, i := range ifs {
+		n = append(n, i.Name)
+	}
+	return n
+}
+
+// sweepLoop removes expired entries. The interval starts at a quarter of the shortest timeout
+// (within [minSweep, maxSweep]), halves while sweeps find many expired entries and doubles
+// back while they find none.
+func sweepLoop(ctx context.Context, t *Tables) error {
+	interval := baseInterval(t)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+		start := time.Now()
+		removed, live, err := t.Sweep()
+		if err != nil {
+			return fmt.Errorf("sweep: %w", err)
+		}
+		base := baseInterval(t) // timeouts may have changed at run time
+		switch {
+		case removed > 0 && removed*4 >= live:
+			interval = max(interval/2, minSweep)
+		case removed == 0:
+			interval = min(interval*2, base)
+		default:
+			interval = min(interval, base)
+		}
+		slog.Debug("swept", "removed", removed, "live", live, "took", time.Since(start), "next", interval)
+	}
+}
+
+func baseInterval(t *Tables) time.Duration {
+	to, _, err := t.Timeouts()
+	if err != nil {
+		return minSweep
+	}
+	shortest := maxSweep * 4
+	for name, d := range to {
+		if name != "tcp_none" && d > 0 && d < shortest {
+			shortest = d
+		}
+	}
+	return min(max(shortest/4, minSweep), maxSweep)
+}
+
+// Serve checks cfg, finds its interfaces in the calling thread's namespace and runs until ctx
+// is done, calling ready (if set) once attached. Bad configuration returns an error before
+// anything is loaded.
+func Serve(ctx context.Context, cfg *Config, metricsAddr string, ready func()) error {
+	r, err := cfg.resolve()
+	if err != nil {
+		return err
+	}
+	in, err := interfaces(cfg.Inside)
+	if err != nil {
+		return err
+	}
+	out, err := interfaces(cfg.Outside)
+	if err != nil {
+		return err
+	}
+	return run(ctx, r, in, out, metricsAddr, ready)
+}

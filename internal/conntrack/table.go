@@ -1,0 +1,365 @@
+package conntrack
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// Tables are the maps user space reads and changes: the program's, or pinned ones.
+type Tables struct {
+	Main, Emb, Stats, Settings, Events *ebpf.Map
+}
+
+// OpenPinned opens the tables of the calling thread's namespace's instance.
+func OpenPinned() (*Tables, error) {
+	dir, err := PinDir()
+	if err != nil {
+		return nil, err
+	}
+	t := &Tables{}
+	for _, m := range []struct {
+		name string
+		dst  **ebpf.Map
+	}{{"ct_main", &t.Main}, {"ct_emb", &t.Emb}, {"ct_stats", &t.Stats}, {"ct_settings", &t.Settings}, {"ct_events", &t.Events}} {
+		mp, err := ebpf.LoadPinnedMap(filepath.Join(dir, m.name), nil)
+		if err != nil {
+			t.Close()
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("no conntrack instance in this network namespace (%s): start `flowplane conntrack run` here", dir)
+			}
+			return nil, fmt.Errorf("open %s: %w", m.name, err)
+		}
+		*m.dst = mp
+	}
+	return t, nil
+}
+
+// Close closes the maps (pins stay).
+func (t *Tables) Close() {
+	for _, m := range []*ebpf.Map{t.Main, t.Emb, t.Stats, t.Settings, t.Events} {
+		if m != nil {
+			m.Close()
+		}
+	}
+}
+
+// Tuple is one direction of a connection.
+type Tuple struct {
+	Src   netip.Addr `json:"src"`
+	Dst   netip.Addr `json:"dst"`
+	Sport uint16     `json:"sport,omitempty"`
+	Dport uint16     `json:"dport,omitempty"`
+	ID    uint16     `json:"id,omitempty"` // ICMP echo identifier
+}
+
+// Entry is one tracked connection as `list` shows it.
+type Entry struct {
+	Proto     string    `json:"proto"`
+	State     string    `json:"state"`
+	Orig      Tuple     `json:"orig"`
+	Reply     Tuple     `json:"reply"`
+	Timeout   float64   `json:"timeout_seconds"`
+	Packets   [2]uint64 `json:"packets"` // original, reply
+	Bytes     [2]uint64 `json:"bytes"`
+	Confirmed bool      `json:"confirmed"`
+	SeenReply bool      `json:"seen_reply"`
+	Assured   bool      `json:"assured"`
+
+	key ctCtKey
+	raw ctCtEntry
+}
+
+var tcpStateNames = []string{"NONE", "SYN_SENT", "SYN_RECV", "ESTABLISHED", "FIN_WAIT", "CLOSE_WAIT", "LAST_ACK", "TIME_WAIT", "CLOSE", "SYN_SENT2"}
+
+func protoName(p uint8, family uint8) string {
+	switch p {
+	case 6:
+		return "tcp"
+	case 17:
+		return "udp"
+	case 1:
+		return "icmp"
+	case 58:
+		return "icmpv6"
+	}
+	return fmt.Sprint(p)
+}
+
+// monotonicNow is CLOCK_MONOTONIC_COARSE, the clock of the entries' expiry times (bpf_ktime_get_coarse_ns).
+func monotonicNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts)
+	return uint64(ts.Nano())
+}
+
+func toEntry(k ctCtKey, v ctCtEntry, confirmed bool, now uint64) Entry {
+	e := Entry{Proto: protoName(k.Proto, k.Family), Confirmed: confirmed, key: k, raw: v,
+		Packets: v.Packets, Bytes: v.Bytes,
+		SeenReply: v.Status&ctFSeenReply != 0, Assured: v.Status&ctFAssured != 0}
+	lo := Tuple{Src: addrOf(k.LoAddr, k.Family), Dst: addrOf(k.HiAddr, k.Family), Sport: htons(k.LoPort), Dport: htons(k.HiPort)}
+	hi := Tuple{Src: lo.Dst, Dst: lo.Src, Sport: lo.Dport, Dport: lo.Sport}
+	if v.Status&ctFOrigLo != 0 {
+		e.Orig, e.Reply = lo, hi
+	} else {
+		e.Orig, e.Reply = hi, lo
+	}
+	if k.Proto == 1 || k.Proto == 58 {
+		for _, t := range []*Tuple{&e.Orig, &e.Reply} {
+			t.ID, t.Sport, t.Dport = t.Sport, 0, 0
+		}
+	}
+	switch {
+	case k.Proto == 6 && int(v.State) < len(tcpStateNames):
+		e.State = tcpStateNames[v.State]
+	case e.SeenReply:
+		e.State = "ESTABLISHED"
+	default:
+		e.State = "NEW"
+	}
+	if v.Expires > now {
+		e.Timeout = float64(v.Expires-now) / 1e9
+	}
+	return e
+}
+
+// Entry status bits (CT_F_* of conntrack.h).
+const (
+	ctFSeenReply = 0x1
+	ctFAssured   = 0x2
+	ctFOrigLo    = 0x4
+)
+
+// List returns every live entry of both tables, confirmed first, each table sorted.
+func (t *Tables) List() ([]Entry, error) {
+	now := monotonicNow()
+	var out []Entry
+	for _, tb := range []struct {
+		m         *ebpf.Map
+		confirmed bool
+	}{{t.Main, true}, {t.Emb, false}} {
+		var part []Entry
+		err := dump(tb.m, func(k ctCtKey, v ctCtEntry) {
+			if v.Expires > now {
+				part = append(part, toEntry(k, v, tb.confirmed, now))
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		sort.Slice(part, func(i, j int) bool { return part[i].less(&part[j]) })
+		out = append(out, part...)
+	}
+	return out, nil
+}
+
+func (e *Entry) less(o *Entry) bool {
+	if e.Proto != o.Proto {
+		return e.Proto < o.Proto
+	}
+	if c := e.Orig.Src.Compare(o.Orig.Src); c != 0 {
+		return c < 0
+	}
+	if c := e.Orig.Dst.Compare(o.Orig.Dst); c != 0 {
+		return c < 0
+	}
+	if e.Orig.Sport != o.Orig.Sport {
+		return e.Orig.Sport < o.Orig.Sport
+	}
+	return e.Orig.Dport < o.Orig.Dport || e.Orig.ID < o.Orig.ID
+}
+
+const batchSize = 256
+
+// dump calls fn for every entry of m, in batches; it falls back to iteration where batch
+// lookups are unsupported.
+func dump(m *ebpf.Map, fn func(ctCtKey, ctCtEntry)) error {
+	keys := make([]ctCtKey, batchSize)
+	vals := make([]ctCtEntry, batchSize)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := 0; i < n; i++ {
+			fn(keys[i], vals[i])
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			var k ctCtKey
+			var v ctCtEntry
+			it := m.Iterate()
+			for it.Next(&k, &v) {
+				fn(k, v)
+			}
+			return it.Err()
+		}
+		if err != nil {
+			return fmt.Errorf("dump %s: %w", m, err)
+		}
+	}
+}
+
+// Flush deletes every entry; it returns how many.
+func (t *Tables) Flush() (int, error) {
+	total := 0
+	for _, m := range []*ebpf.Map{t.Main, t.Emb} {
+		var keys []ctCtKey
+		if err := dump(m, func(k ctCtKey, _ ctCtEntry) { keys = append(keys, k) }); err != nil {
+			return total, err
+		}
+		n, err := deleteKeys(m, keys)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+func deleteKeys(m *ebpf.Map, keys []ctCtKey) (int, error) {
+	done := 0
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), batchSize)]
+		keys = keys[len(chunk):]
+		n, err := m.BatchDelete(chunk, nil)
+		done += n
+		if err != nil {
+			// An entry gone meanwhile (expired in the data path) stops a batch: finish one by one.
+			for _, k := range chunk[n:] {
+				if err := m.Delete(&k); err == nil {
+					done++
+				} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
+					return done, fmt.Errorf("delete entry: %w", err)
+				}
+			}
+		}
+	}
+	return done, nil
+}
+
+// Sweep removes expired entries from both tables and returns how many it removed and how many
+// live ones it saw. Each candidate is looked up again just before it is deleted, so an entry
+// refreshed since the dump survives.
+func (t *Tables) Sweep() (removed, live int, err error) {
+	for _, m := range []*ebpf.Map{t.Main, t.Emb} {
+		now := monotonicNow()
+		var expired []ctCtKey
+		if err := dump(m, func(k ctCtKey, v ctCtEntry) {
+			if v.Expires <= now {
+				expired = append(expired, k)
+			} else {
+				live++
+			}
+		}); err != nil {
+			return removed, live, err
+		}
+		now = monotonicNow()
+		still := expired[:0]
+		for _, k := range expired {
+			var v ctCtEntry
+			if m.Lookup(&k, &v) == nil && v.Expires <= now {
+				still = append(still, k)
+			}
+		}
+		n, err := deleteKeys(m, still)
+		removed += n
+		if err != nil {
+			return removed, live, err
+		}
+	}
+	if removed > 0 {
+		if err := t.addSwept(uint64(removed)); err != nil {
+			return removed, live, err
+		}
+	}
+	return removed, live, nil
+}
+
+func (t *Tables) addSwept(n uint64) error {
+	var perCPU []uint64
+	key := uint32(ctCtStatCT_STAT_SWEPT)
+	if err := t.Stats.Lookup(key, &perCPU); err != nil {
+		return fmt.Errorf("read swept counter: %w", err)
+	}
+	perCPU[0] += n // only user space writes this slot
+	if err := t.Stats.Put(key, perCPU); err != nil {
+		return fmt.Errorf("write swept counter: %w", err)
+	}
+	return nil
+}
+
+// Counters are the program's per-CPU counters summed over CPUs, by name.
+type Counters map[string]uint64
+
+// StatNames are the counters in enum ct_stat order.
+var StatNames = []string{"new", "established", "related", "forwarded", "passed", "policy_drop", "table_full",
+	"expired", "swept", "invalid_no_conn", "invalid_tcp_state", "invalid_window", "invalid_rst",
+	"invalid_synack", "invalid_icmp", "invalid_malformed", "window_ignored"}
+
+// ReadCounters sums the per-CPU counters.
+func (t *Tables) ReadCounters() (Counters, error) {
+	c := Counters{}
+	for i, n := range StatNames {
+		var perCPU []uint64
+		if err := t.Stats.Lookup(uint32(i), &perCPU); err != nil {
+			return nil, fmt.Errorf("read counter %s: %w", n, err)
+		}
+		for _, v := range perCPU {
+			c[n] += v
+		}
+	}
+	return c, nil
+}
+
+// Count returns the number of entries (live or not yet swept) per table.
+func (t *Tables) Count() (confirmed, unconfirmed int, err error) {
+	for _, x := range []struct {
+		m *ebpf.Map
+		n *int
+	}{{t.Main, &confirmed}, {t.Emb, &unconfirmed}} {
+		if err := dump(x.m, func(ctCtKey, ctCtEntry) { *x.n++ }); err != nil {
+			return 0, 0, err
+		}
+	}
+	return confirmed, unconfirmed, nil
+}
+
+// SetTimeouts changes timeouts of a running instance by name.
+func (t *Tables) SetTimeouts(over map[string]time.Duration) error {
+	var c ctCtConfig
+	if err := t.Settings.Lookup(uint32(0), &c); err != nil {
+		return fmt.Errorf("read settings: %w", err)
+	}
+	for name, d := range over {
+		for i, n := range timeoutNames {
+			if n == name {
+				c.Timeout[i] = uint32(d / time.Second)
+			}
+		}
+	}
+	if err := t.Settings.Put(uint32(0), &c); err != nil {
+		return fmt.Errorf("write settings: %w", err)
+	}
+	return nil
+}
+
+// Timeouts reads the current timeouts.
+func (t *Tables) Timeouts() (map[string]time.Duration, bool, error) {
+	var c ctCtConfig
+	if err := t.Settings.Lookup(uint32(0), &c); err != nil {
+		return nil, false, fmt.Errorf("read settings: %w", err)
+	}
+	out := map[string]time.Duration{}
+	for i, n := range timeoutNames {
+		out[n] = time.Duration(c.Timeout[i]) * time.Second
+	}
+	return out, c.Liberal != 0, nil
+}

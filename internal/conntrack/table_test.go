@@ -1,0 +1,168 @@
+package conntrack
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"testing"
+
+	"github.com/flowplane/flowplane/internal/packet"
+)
+
+// expire moves every entry's expiry into the past, as if its timeout had run out.
+func (f *fixture) expire() {
+	f.t.Helper()
+	now := monotonicNow()
+	for _, m := range []*Tables{f.tables} {
+		for _, e := range f.entries() {
+			v := e.raw
+			v.Expires = now - uint64(time.Second)
+			tb := m.Emb
+			if e.Confirmed {
+				tb = m.Main
+			}
+			if err := tb.Put(&e.key, &v); err != nil {
+				f.t.Fatal(err)
+			}
+		}
+	}
+}
+
+func TestExpiryOnLookup(t *testing.T) {
+	f := newFixture(t, nil)
+	f.script(t, []step{
+		{name: "query", frame: udp(true, 5000, 53), ret: xdpRedirect, state: "NEW"},
+		{name: "reply", frame: udp(false, 5000, 53), out: true, ret: xdpRedirect, state: "ESTABLISHED"},
+	})
+	f.expire()
+	if es := f.entries(); len(es) != 0 {
+		t.Fatalf("expired entries listed: %+v", es)
+	}
+	f.script(t, []step{
+		// The expired entry never passes a packet: the reply is now unsolicited.
+		{name: "reply after expiry", frame: udp(false, 5000, 53), out: true, ret: xdpDrop, count: "expired", state: "-"},
+		{name: "query opens a new one", frame: udp(true, 5000, 53), ret: xdpRedirect, count: "new", state: "NEW"},
+	})
+}
+
+func TestSweep(t *testing.T) {
+	f := newFixture(t, nil)
+	for p := uint16(1); p <= 300; p++ {
+		f.run(udp(true, 1000+p, 53), f.in.Index)
+		if p%2 == 0 {
+			f.run(udp(false, 1000+p, 53), f.out.Index)
+		}
+	}
+	conf, unconf, err := f.tables.Count()
+	if err != nil || conf != 150 || unconf != 150 {
+		t.Fatalf("count %d confirmed %d unconfirmed (%v), want 150 and 150", conf, unconf, err)
+	}
+	removed, live, err := f.tables.Sweep()
+	if err != nil || removed != 0 || live != 300 {
+		t.Fatalf("sweep of live entries: removed %d live %d err %v", removed, live, err)
+	}
+	f.expire()
+	removed, live, err = f.tables.Sweep()
+	if err != nil || removed != 300 || live != 0 {
+		t.Fatalf("sweep of expired entries: removed %d live %d err %v", removed, live, err)
+	}
+	if c := f.counters(); c["swept"] != 300 {
+		t.Errorf("swept counter %d, want 300", c["swept"])
+	}
+	if conf, unconf, _ = f.tables.Count(); conf+unconf != 0 {
+		t.Errorf("%d entries left", conf+unconf)
+	}
+}
+
+func TestFlush(t *testing.T) {
+	f := newFixture(t, nil)
+	for p := uint16(1); p <= 10; p++ {
+		f.run(udp(true, 1000+p, 53), f.in.Index)
+	}
+	n, err := f.tables.Flush()
+	if err != nil || n != 10 || len(f.entries()) != 0 {
+		t.Fatalf("flush: %d %v, %d left", n, err, len(f.entries()))
+	}
+}
+
+func TestRuntimeTimeouts(t *testing.T) {
+	f := newFixture(t, nil)
+	if err := f.tables.SetTimeouts(map[string]timeoutDur{"udp_unreplied": 5 * second}); err != nil {
+		t.Fatal(err)
+	}
+	f.run(udp(true, 5000, 53), f.in.Index)
+	if e := f.entries()[0]; e.Timeout > 5 || e.Timeout < 4 {
+		t.Errorf("timeout %.1fs after setting udp_unreplied=5s", e.Timeout)
+	}
+}
+
+func TestTableFull(t *testing.T) {
+	cfg := &Config{}
+	cfg.Table.Confirmed = 4
+	cfg.Table.Unconfirmed = 64
+	f := newFixture(t, cfg)
+	for p := uint16(1); p <= 4; p++ {
+		f.run(udp(true, 1000+p, 53), f.in.Index)
+		if ret, _ := f.run(udp(false, 1000+p, 53), f.out.Index); ret != xdpRedirect {
+			t.Fatalf("reply %d: verdict %d", p, ret)
+		}
+	}
+	f.script(t, []step{
+		{name: "fifth query", frame: udp(true, 2000, 53), ret: xdpRedirect, count: "new"},
+		{name: "its reply finds the table full", frame: udp(false, 2000, 53), out: true, ret: xdpDrop, count: "table_full"},
+	})
+	// A SYN flood of unconfirmed connections cannot evict confirmed ones.
+	for i := 0; i < 1000; i++ {
+		f.run(packet.IP(inHost, outHost).TCP(uint16(10000+i), 80, "S").Seq(uint32(i)).Bytes(), f.in.Index)
+	}
+	confirmed := 0
+	for _, e := range f.entries() {
+		if e.Confirmed {
+			confirmed++
+		}
+	}
+	if confirmed != 4 {
+		t.Errorf("%d confirmed entries after the flood, want 4", confirmed)
+	}
+	for p := uint16(1); p <= 4; p++ {
+		if ret, _ := f.run(udp(false, 1000+p, 53), f.out.Index); ret != xdpRedirect {
+			t.Errorf("reply %d after the flood: verdict %d", p, ret)
+		}
+	}
+}
+
+type timeoutDur = time.Duration
+
+const second = time.Second
+
+func TestEvents(t *testing.T) {
+	f := newFixture(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs := make(chan Event, 16)
+	done := make(chan error, 1)
+	go func() { done <- Events(ctx, f.tables, func(e Event) { evs <- e }) }()
+	f.run(tcpOpen(true, "S", 1, 0), f.in.Index)
+	f.run(tcp(true, "FA", 2, 0, 0), f.in.Index) // refused: no event
+	f.run(tcpOpen(false, "RA", 0, 2), f.out.Index)
+	f.run(tcpOpen(true, "S", 100, 0), f.in.Index) // reopens the closed connection
+	var got []string
+	for len(got) < 3 {
+		select {
+		case e := <-evs:
+			got = append(got, e.Type+" "+e.State+" "+e.Orig.String(e.Proto))
+		case <-time.After(5 * time.Second):
+			t.Fatalf("events so far: %q", got)
+		}
+	}
+	orig := "src=198.18.1.10 dst=198.18.2.10 sport=40000 dport=80"
+	want := []string{"NEW SYN_SENT " + orig, "DESTROY CLOSE " + orig, "NEW SYN_SENT " + orig}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("events\n%q\nwant\n%q", got, want)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
+}
