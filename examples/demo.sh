@@ -42,4 +42,4 @@ done
 step "flowplane lab down $LAB"
 trap - EXIT
 "$FLOWPLANE" lab down "$LAB"
-[[ -z $(ip netns list | grep "^fp-$LAB-") ]] && echo "nothing left behind"
+ls /run/netns 2>/dev/null | grep -q "^fp-$LAB-" || echo "nothing left behind"
