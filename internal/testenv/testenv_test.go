@@ -1,0 +1,28 @@
+package testenv_test
+
+import (
+	"net/netip"
+	"os/exec"
+	"testing"
+
+	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/testenv"
+)
+
+func TestVethPairBetweenNamespaces(t *testing.T) {
+	testenv.Privileged(t)
+	testenv.Need(t, "ping")
+	a, b := testenv.Netns(t), testenv.Netns(t)
+	ea, eb := testenv.VethPair(t, a, b, netip.MustParsePrefix("198.18.250.1/24"), netip.MustParsePrefix("198.18.250.2/24"))
+	if ea.Index == 0 || eb.Index == 0 || len(ea.MAC) != 6 {
+		t.Fatalf("ends not filled in: %+v %+v", ea, eb)
+	}
+	out, err := nsrun.Output(a, exec.Command("ping", "-c1", "-W2", "198.18.250.2"))
+	if err != nil {
+		t.Fatalf("ping across the pair: %v\n%s", err, out)
+	}
+	v6a, v6b := testenv.VethPair(t, a, b, netip.MustParsePrefix("fd00:250::1/64"), netip.MustParsePrefix("fd00:250::2/64"))
+	if out, err := nsrun.Output(b, exec.Command("ping", "-6", "-c1", "-W2", "fd00:250::1")); err != nil {
+		t.Fatalf("ping -6 across %s/%s: %v\n%s", v6a.Name, v6b.Name, err, out)
+	}
+}
