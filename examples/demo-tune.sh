@@ -17,7 +17,7 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== tune apply examples/tune-dc.yaml (cgroup for h1's processes)"
-tune apply examples/tune-dc.yaml 2>/dev/null
+tune apply examples/tune-dc.yaml # warnings (fixed buffers switch off autotuning) go to stderr
 echo
 echo "== tune explain $h2:$port (which rule, which values)"
 tune explain "$h2:$port"

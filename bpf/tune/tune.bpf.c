@@ -62,23 +62,19 @@ struct {
 	__uint(max_entries, 2 * TUNE_MAX_PROFILES);
 } tune_profiles SEC(".maps");
 
-/* key = struct tune_lpm_key of the remote address, value = struct tune_ruleset containing it */
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__type(key, struct tune_lpm_key);
-	__type(value, struct tune_ruleset);
-	__uint(max_entries, 2 * (TUNE_MAX_RULES + 2));
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-} tune_remote SEC(".maps");
+/* One trie per side: key = struct tune_lpm_key of the remote (local) address, value = struct
+ * tune_ruleset of the rules whose remote (local) prefix contains it. */
+#define TUNE_ADDR_TRIE(name)                                                                       \
+	struct {                                                                                   \
+		__uint(type, BPF_MAP_TYPE_LPM_TRIE);                                               \
+		__type(key, struct tune_lpm_key);                                                  \
+		__type(value, struct tune_ruleset);                                                \
+		__uint(max_entries, 2 * (TUNE_MAX_RULES + 2));                                     \
+		__uint(map_flags, BPF_F_NO_PREALLOC);                                              \
+	} name SEC(".maps")
 
-/* key = struct tune_lpm_key of the local address, value = struct tune_ruleset containing it */
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__type(key, struct tune_lpm_key);
-	__type(value, struct tune_ruleset);
-	__uint(max_entries, 2 * (TUNE_MAX_RULES + 2));
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-} tune_local SEC(".maps");
+TUNE_ADDR_TRIE(tune_remote);
+TUNE_ADDR_TRIE(tune_local);
 
 /* key = (gen * TUNE_MAX_RULES + rule) * 2 + arm (0 treated, 1 sampled out), value = per-CPU
  * connection count */
@@ -103,7 +99,7 @@ struct {
 	__uint(max_entries, 1024);
 } tune_errors SEC(".maps");
 
-/* socket storage: key = the socket, value = struct tune_sk (its rule and profile) */
+/* socket storage: key = the socket, value = struct tune_sk (its reactive settings) */
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -251,23 +247,21 @@ static __always_inline void lpm_key(struct tune_lpm_key *k, __u32 gen, const str
 	__builtin_memcpy(k->addr, addr, 16);
 }
 
-/* match finds the connection's rule. It returns the profile (or NULL: no rule, or sampled
- * out) and sets *rule_key to the rule's absolute index (-1 without one), *arm to the arm. */
-static __always_inline struct tune_profile *match(const struct flow *f, __s32 *rule_key, __u32 *arm)
+/* match finds the connection's rule in generation gen (read once per program run by the
+ * caller, so every table it reads belongs to one policy). It returns the profile (or NULL: no
+ * rule, or sampled out) and sets *rule_key to the rule's absolute index (-1 without one) and
+ * *arm to the arm. */
+static __always_inline struct tune_profile *match(const struct flow *f, __u32 gen, __s32 *rule_key,
+						  __u32 *arm)
 {
 	struct tune_ruleset *remote, *local;
 	struct tune_lpm_key k;
 	struct tune_rule *r;
 	__s32 found;
-	__u32 zero = 0, gen, key;
-	__u32 *g;
+	__u32 key;
 
 	*rule_key = -1;
 	*arm = 0;
-	g = bpf_map_lookup_elem(&tune_gen, &zero);
-	if (!g)
-		return NULL;
-	gen = *g & TUNE_GEN_MASK;
 	lpm_key(&k, gen, f, f->raddr);
 	remote = bpf_map_lookup_elem(&tune_remote, &k);
 	lpm_key(&k, gen, f, f->laddr);
@@ -411,88 +405,65 @@ __noinline int apply_established(struct bpf_sock_ops *s, const struct tune_profi
 	return 0;
 }
 
-static __always_inline struct tune_profile *stored_profile(struct bpf_sock_ops *s,
-							   struct tune_sk **ts)
-{
-	struct bpf_sock *sk = s->sk;
-
-	*ts = NULL;
-	if (!sk)
-		return NULL;
-	*ts = bpf_sk_storage_get(&tune_sks, sk, 0, 0);
-	if (!*ts)
-		return NULL;
-	return bpf_map_lookup_elem(&tune_profiles, &(*ts)->profile);
-}
-
-/* remember stores a reactive connection's profile for its RETRANS / RTO callbacks. Other
- * connections store nothing: matching again is cheaper than socket storage. */
-static __always_inline void remember(struct bpf_sock_ops *s, __s32 rule_key,
-				     const struct tune_profile *p)
+/* remember copies a reactive connection's reactive settings into its socket storage for its
+ * RETRANS / RTO callbacks. Other connections store nothing: matching again is cheaper than
+ * socket storage. */
+static __always_inline void remember(struct bpf_sock_ops *s, const struct tune_profile *p)
 {
 	struct bpf_sock *sk = s->sk;
 	struct tune_sk *ts;
-	__u32 zero = 0, gen, key;
-	struct tune_rule *r;
-	__u32 *g;
 
-	if (!sk || rule_key < 0 || !p->react_on)
+	if (!sk || !p->react_on)
 		return;
-	g = bpf_map_lookup_elem(&tune_gen, &zero);
-	key = rule_key;
-	r = bpf_map_lookup_elem(&tune_rules, &key);
-	if (!g || !r)
-		return;
-	gen = *g & TUNE_GEN_MASK;
 	ts = bpf_sk_storage_get(&tune_sks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!ts) {
 		fp_count(&tune_stats, TUNE_STAT_NO_STORAGE);
 		return;
 	}
-	ts->rule = key;
-	ts->profile = gen * TUNE_MAX_PROFILES + (r->profile & (TUNE_MAX_PROFILES - 1));
+	__builtin_memcpy(ts->congestion, p->react_congestion, TUNE_CC_LEN);
+	ts->set = p->set;
+	ts->retrans = p->react_retrans;
+	ts->rtos = p->react_rtos;
+	ts->cwnd_clamp = p->react_cwnd_clamp;
+	ts->on = p->react_on;
 	ts->reacted = 0;
 }
 
-/* needs reports whether any profile of the live policy needs a callback (TUNE_NEED_*). */
-static __always_inline int needs(__u32 need)
-{
-	__u32 zero = 0, *g;
-
-	g = bpf_map_lookup_elem(&tune_gen, &zero);
-	return g && (*g & need);
-}
-
-/* react applies a profile's reactive settings once, when a trigger it enabled passes its
+/* react applies a connection's reactive settings once, when a trigger it enabled passes its
  * threshold; then it stops the connection's callbacks. */
 static __always_inline void react(struct bpf_sock_ops *s, __u32 trigger, __u32 count)
 {
-	struct tune_profile *p;
+	struct bpf_sock *sk = s->sk;
 	struct tune_sk *ts;
 
-	p = stored_profile(s, &ts);
-	if (!p || !ts || ts->reacted || !(p->react_on & trigger))
+	if (!sk)
 		return;
-	if (count <= (trigger == TUNE_REACT_RTO ? p->react_rtos : p->react_retrans))
+	ts = bpf_sk_storage_get(&tune_sks, sk, 0, 0);
+	if (!ts || ts->reacted || !(ts->on & trigger))
+		return;
+	if (count <= (trigger == TUNE_REACT_RTO ? ts->rtos : ts->retrans))
 		return;
 	ts->reacted = 1;
 	fp_count(&tune_stats, TUNE_STAT_REACTED);
-	if (has(p, TUNE_SET_REACT_CONGESTION))
-		set_cc(s, p->react_congestion, TUNE_SET_REACT_CONGESTION);
-	if (has(p, TUNE_SET_REACT_CWND_CLAMP))
-		set_int(s, SOL_TCP, TCP_BPF_SNDCWND_CLAMP, p->react_cwnd_clamp,
+	if (ts->set & (1U << TUNE_SET_REACT_CONGESTION))
+		set_cc(s, ts->congestion, TUNE_SET_REACT_CONGESTION);
+	if (ts->set & (1U << TUNE_SET_REACT_CWND_CLAMP))
+		set_int(s, SOL_TCP, TCP_BPF_SNDCWND_CLAMP, ts->cwnd_clamp,
 			TUNE_SET_REACT_CWND_CLAMP);
-	bpf_sock_ops_cb_flags_set(s, s->bpf_sock_ops_cb_flags & ~(BPF_SOCK_OPS_RETRANS_CB_FLAG |
-								  BPF_SOCK_OPS_RTO_CB_FLAG));
+	result(
+	    TUNE_SET_REACT_CALLBACKS,
+	    bpf_sock_ops_cb_flags_set(s, s->bpf_sock_ops_cb_flags & ~(BPF_SOCK_OPS_RETRANS_CB_FLAG |
+								      BPF_SOCK_OPS_RTO_CB_FLAG)));
 }
 
 SEC("sockops")
 int tune_sockops(struct bpf_sock_ops *s)
 {
-	__u32 op = s->op, need = 0, dir = TUNE_DIR_ACTIVE, arm;
+	__u32 op = s->op, need = 0, dir = TUNE_DIR_ACTIVE, arm, zero = 0, gen;
 	struct tune_profile *p;
 	struct flow f;
 	__s32 rule_key;
+	__u32 *g;
 
 	/* Which callbacks need a match, and in which direction. One match call site keeps the
 	 * verifier's work (and the program) small. */
@@ -517,9 +488,10 @@ int tune_sockops(struct bpf_sock_ops *s)
 		need = TUNE_NEED_ESTABLISHED;
 		break;
 	case BPF_SOCK_OPS_RETRANS_CB:
-		/* total_retrans counts earlier retransmissions; args[1] is this one's segments */
+		/* __tcp_retransmit_skb adds this retransmission's segments (args[1]) to
+		 * total_retrans before the callback: adding args[1] again would count them twice */
 		fp_count(&tune_stats, TUNE_STAT_RETRANS_CB);
-		react(s, TUNE_REACT_RETRANS, s->total_retrans + s->args[1]);
+		react(s, TUNE_REACT_RETRANS, s->total_retrans);
 		return 1;
 	case BPF_SOCK_OPS_RTO_CB:
 		/* args[0] counts the earlier consecutive timeouts; this one makes one more */
@@ -529,9 +501,15 @@ int tune_sockops(struct bpf_sock_ops *s)
 	default:
 		return 1;
 	}
+	/* One read of tune_gen per run: the need flags and every table this run reads belong to
+	 * the same generation, whatever user space flips meanwhile. */
+	g = bpf_map_lookup_elem(&tune_gen, &zero);
+	if (!g)
+		return 1;
+	gen = *(volatile __u32 *)g;
 	if (need) {
 		/* nothing in the live policy needs this callback */
-		if (!needs(need))
+		if (!(gen & need))
 			return 1;
 		/* before the connection exists: the socket of an active open, or the request
 		 * socket of a passive one */
@@ -539,7 +517,7 @@ int tune_sockops(struct bpf_sock_ops *s)
 			dir = TUNE_DIR_PASSIVE;
 	}
 	flow_of(s, &f, dir);
-	p = match(&f, &rule_key, &arm);
+	p = match(&f, gen & TUNE_GEN_MASK, &rule_key, &arm);
 	if (op == BPF_SOCK_OPS_TCP_CONNECT_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
 		count_hit(rule_key, arm);
 	if (!p)
@@ -568,11 +546,11 @@ int tune_sockops(struct bpf_sock_ops *s)
 		}
 		break;
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-		remember(s, rule_key, p);
+		remember(s, p);
 		apply_established(s, p);
 		break;
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		remember(s, rule_key, p);
+		remember(s, p);
 		apply_socket(s, p);
 		apply_established(s, p);
 		break;

@@ -135,12 +135,17 @@ struct tune_err_key {
 	__u32 setting; /* enum tune_setting */
 };
 
-/* What a socket with reactive settings remembers (socket storage; other sockets get none). */
+/* What a socket with reactive settings keeps (socket storage; other sockets get none): a copy
+ * of its profile's reactive settings, so a later policy cannot change what it was given. */
 struct tune_sk {
-	__u32 profile; /* absolute index into tune_profiles */
-	__u32 rule;    /* absolute index into tune_rules */
-	__u8 reacted;  /* reactive settings already applied */
-	__u8 pad[7];
+	char congestion[TUNE_CC_LEN]; /* react_congestion */
+	__u32 set;		      /* the profile's set (TUNE_SET_REACT_* bits used) */
+	__u32 retrans;		      /* react_retrans */
+	__u32 rtos;		      /* react_rtos */
+	__u32 cwnd_clamp;	      /* react_cwnd_clamp */
+	__u8 on;		      /* react_on */
+	__u8 reacted;		      /* reactive settings already applied */
+	__u8 pad[2];
 };
 
 #endif

@@ -131,7 +131,7 @@ func TestLabRefusalsCounted(t *testing.T) {
 	// The record keeps a source that validates, so status can re-read it.
 	src := "profiles: {bad: {}}\nrules: [{match: {remote_port: 5702, direction: active}, profile: bad}]\n"
 	name := testenv.Name("tune")
-	if _, err := Apply(pol, []byte(src), k, ApplyOptions{Name: name, Cgroup: cg}); err != nil {
+	if _, err := Apply(pol, []byte(src), ApplyOptions{Name: name, Cgroup: cg}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = Remove(name) })

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/pin"
 )
@@ -110,36 +111,80 @@ type ApplyOptions struct {
 // Apply loads pol into the kernel: the first time it creates (or takes) the cgroup, loads the
 // program with the tables filled, then attaches and pins; later it rewrites the idle
 // generation of the tables and flips tune_gen, so the attached program never goes away and
-// every connection sees one whole policy or the other.
-func Apply(pol *Policy, src []byte, k Kernel, opt ApplyOptions) (*Record, error) {
+// every program run sees one whole policy or the other.
+func Apply(pol *Policy, src []byte, opt ApplyOptions) (*Record, error) {
 	if opt.Name == "" {
 		opt.Name = DefaultName
 	}
 	c := compile(pol)
-	if rec, err := LoadRecord(opt.Name); err == nil {
+	rec, err := LoadRecord(opt.Name)
+	if err == nil {
 		if opt.Cgroup != "" && opt.Cgroup != rec.Cgroup {
 			return nil, fmt.Errorf("%w: %s is on %s; `flowplane tune remove` it (or use --name) before applying to %s", ErrOtherCgroup, opt.Name, rec.Cgroup, opt.Cgroup)
 		}
 		m, err := openPinned(opt.Name)
 		if err == nil {
 			defer m.Close()
-			next := (rec.Generation + 1) & 1
-			if err := fill(m, next, c); err != nil {
-				return nil, err
-			}
-			if err := m.TuneGen.Update(uint32(0), next|c.needs, ebpf.UpdateAny); err != nil {
-				return nil, fmt.Errorf("switch to the new policy: %w", err)
-			}
-			rec.Generation, rec.File, rec.YAML, rec.Applied = next, pol.File, string(src), time.Now()
-			slog.Debug("policy swapped", "name", opt.Name, "generation", next)
-			return rec, saveRecord(rec)
+			return swap(m, rec, c, pol, src)
 		}
 		slog.Warn("stale tune record, applying afresh", "name", opt.Name, "err", err)
+	} else {
+		rec = nil
 	}
-	return applyNew(c, pol, src, opt)
+	return applyNew(c, pol, src, opt, rec)
 }
 
-func applyNew(c *compiled, pol *Policy, src []byte, opt ApplyOptions) (_ *Record, err error) {
+// swap writes c into the idle generation of an attached instance and flips tune_gen to it.
+// The live generation is read from the map, not the record, so a record left behind by a
+// failed apply cannot make us overwrite the live half.
+func swap(m *tuneMaps, rec *Record, c *compiled, pol *Policy, src []byte) (*Record, error) {
+	var old uint32
+	if err := m.TuneGen.Lookup(uint32(0), &old); err != nil {
+		return nil, fmt.Errorf("read the live generation: %w", err)
+	}
+	next := (old & genMask) ^ 1
+	if err := fill(m, next, c); err != nil {
+		return nil, err
+	}
+	if err := m.TuneGen.Update(uint32(0), next|c.needs, ebpf.UpdateAny); err != nil {
+		return nil, fmt.Errorf("switch to the new policy: %w", err)
+	}
+	// Program runs that read the old generation before the flip may still be reading its
+	// tables; wait them out so the next apply can overwrite that half.
+	if err := rcuGracePeriod(); err != nil {
+		return nil, err
+	}
+	prev := *rec
+	rec.Generation, rec.File, rec.YAML, rec.Applied = next, pol.File, string(src), time.Now()
+	if err := saveRecord(rec); err != nil {
+		// Nothing half-applied: status and explain read the record, so go back to the policy
+		// it describes.
+		if rerr := m.TuneGen.Update(uint32(0), old, ebpf.UpdateAny); rerr != nil {
+			return nil, fmt.Errorf("%w; restoring the previous policy also failed: %v", err, rerr)
+		}
+		return &prev, err
+	}
+	slog.Debug("policy swapped", "name", rec.Name, "generation", next)
+	return rec, nil
+}
+
+// rcuGracePeriod returns once every BPF program run that started before the call has ended:
+// programs run under rcu_read_lock, and membarrier(MEMBARRIER_CMD_GLOBAL) is synchronize_rcu.
+func rcuGracePeriod() error {
+	const membarrierCmdGlobal = 1
+	if _, _, errno := unix.Syscall(unix.SYS_MEMBARRIER, membarrierCmdGlobal, 0, 0); errno != 0 {
+		if errno != unix.EINVAL {
+			return fmt.Errorf("membarrier (wait for program runs on the old policy): %w", errno)
+		}
+		// nohz_full kernels refuse the global command; a program run lasts microseconds.
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
+// applyNew loads, fills, pins and attaches the program. stale is the record of an earlier
+// apply whose pins are gone (or nil): a cgroup it created stays ours to remove.
+func applyNew(c *compiled, pol *Policy, src []byte, opt ApplyOptions, stale *Record) (_ *Record, err error) {
 	rec := &Record{Name: opt.Name, File: pol.File, YAML: string(src), Cgroup: opt.Cgroup, Applied: time.Now()}
 	if rec.Cgroup == "" {
 		root, err := Cgroup2Mount()
@@ -155,6 +200,8 @@ func applyNew(c *compiled, pol *Policy, src []byte, opt ApplyOptions) (_ *Record
 			rec.CreatedCgroup = true
 		} else if !errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("create cgroup %s: %w", rec.Cgroup, err)
+		} else if stale != nil && stale.CreatedCgroup && stale.Cgroup == rec.Cgroup {
+			rec.CreatedCgroup = true
 		}
 	}
 	defer func() {
@@ -283,13 +330,15 @@ func Remove(name string) error {
 		return fmt.Errorf("no policy %q is applied", name)
 	}
 	if lnk, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); err == nil {
-		// Detach now, whoever else holds the link.
-		if err := lnk.Unpin(); err != nil {
-			lnk.Close()
-			return fmt.Errorf("unpin link: %w", err)
+		// BPF_LINK_DETACH detaches now, whoever else holds the link open (closing our fd
+		// would not while a `tune status` or another tool has one).
+		err := lnk.Detach()
+		if err == nil {
+			err = lnk.Unpin()
 		}
-		if err := lnk.Close(); err != nil {
-			return fmt.Errorf("detach: %w", err)
+		lnk.Close()
+		if err != nil {
+			return fmt.Errorf("detach the sock_ops link: %w", err)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("open pinned link: %w", err)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,6 +42,11 @@ func resolveCgroup(arg string) (string, error) {
 		p = filepath.Join(root, p)
 	}
 	p = filepath.Clean(p)
+	if fi, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("--cgroup %s: %w (create it with mkdir under %s)", arg, err, root)
+	} else if !fi.IsDir() {
+		return "", fmt.Errorf("--cgroup %s is a file, not a cgroup directory", arg)
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(p, &st); err != nil {
 		return "", fmt.Errorf("--cgroup %s: %w", arg, err)
@@ -54,10 +60,39 @@ func resolveCgroup(arg string) (string, error) {
 	return p, nil
 }
 
-// removeCgroup removes a cgroup flowplane created; it fails while processes remain in it.
+// removeCgroup removes a cgroup flowplane created. Processes still in it (a `tune run` that
+// outlived its policy) are moved to the parent first, since rmdir refuses a populated cgroup
+// and nothing tunes them once the policy is gone; exiting processes keep a cgroup populated
+// for a moment, so EBUSY is retried for a few seconds.
 func removeCgroup(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove cgroup %s (processes still in it? see %s/cgroup.procs): %w", path, path, err)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := unix.Rmdir(path)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("remove cgroup %s: %w (still populated: see %s/cgroup.procs and its child cgroups)", path, err, path)
+		}
+		if err := moveProcs(path, filepath.Dir(path)); err != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// moveProcs moves every process of cgroup from to cgroup to; ones that exit meanwhile are
+// skipped.
+func moveProcs(from, to string) error {
+	data, err := os.ReadFile(filepath.Join(from, "cgroup.procs"))
+	if err != nil {
+		return fmt.Errorf("list processes of cgroup %s: %w", from, err)
+	}
+	for _, pid := range strings.Fields(string(data)) {
+		err := os.WriteFile(filepath.Join(to, "cgroup.procs"), []byte(pid), 0)
+		if err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("move process %s from cgroup %s to %s: %w", pid, from, to, err)
+		}
 	}
 	return nil
 }

@@ -73,7 +73,7 @@ func applyCmd(name *string) *cobra.Command {
 			if err := rlimit.RemoveMemlock(); err != nil {
 				return fmt.Errorf("remove memlock limit: %w", err)
 			}
-			rec, err := Apply(pol, data, k, opt)
+			rec, err := Apply(pol, data, opt)
 			if errors.Is(err, ErrOtherCgroup) {
 				return cli.Usage(err)
 			}

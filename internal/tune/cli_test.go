@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -28,7 +31,7 @@ func runCLI(args ...string) (string, error) {
 // record, pin or cgroup behind.
 func TestApplyBadInputAttachesNothing(t *testing.T) {
 	if _, err := HostKernel(); err != nil {
-		t.Skip(err)
+		unavailable(t, err)
 	}
 	file := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(file, []byte("profiles:\n  a:\n    cwnd_clamp: 0\nrules: [{profile: a}]\n"), 0o644); err != nil {
@@ -53,7 +56,7 @@ func TestApplyBadInputAttachesNothing(t *testing.T) {
 
 func TestCLIUsageErrors(t *testing.T) {
 	if _, err := HostKernel(); err != nil {
-		t.Skip(err)
+		unavailable(t, err)
 	}
 	good := filepath.Join(t.TempDir(), "good.yaml")
 	if err := os.WriteFile(good, []byte("profiles: {a: {cwnd_clamp: 10}}\nrules: [{profile: a}]\n"), 0o644); err != nil {
@@ -61,7 +64,7 @@ func TestCLIUsageErrors(t *testing.T) {
 	}
 	root, err := Cgroup2Mount()
 	if err != nil {
-		t.Skip(err)
+		unavailable(t, err)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -83,7 +86,7 @@ func TestCLIUsageErrors(t *testing.T) {
 
 func TestExplainCLI(t *testing.T) {
 	if _, err := HostKernel(); err != nil {
-		t.Skip(err)
+		unavailable(t, err)
 	}
 	out, err := runCLI("explain", "198.18.1.2:443", "--policy", "../../examples/tune-dc.yaml")
 	if err != nil {
@@ -97,5 +100,48 @@ func TestExplainCLI(t *testing.T) {
 	out, err = runCLI("explain", "192.0.2.1:8080", "--policy", "../../examples/tune-dc.yaml", "--passive")
 	if err != nil || !strings.Contains(out, "no rule matches") {
 		t.Errorf("passive to 8080: %v\n%s", err, out)
+	}
+}
+
+// TestRemoveMovesProcesses: remove takes down the cgroup apply created even while a process
+// started in it (`tune run`) still runs: the process is moved to the parent cgroup first.
+func TestRemoveMovesProcesses(t *testing.T) {
+	testenv.Privileged(t)
+	root, err := Cgroup2Mount()
+	if err != nil {
+		unavailable(t, err)
+	}
+	good := filepath.Join(t.TempDir(), "good.yaml")
+	if err := os.WriteFile(good, []byte("profiles: {a: {cwnd_clamp: 10}}\nrules: [{profile: a}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name := testenv.Name("tune")
+	if out, err := runCLI("--name", name, "apply", good); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = Remove(name) }) // in case the test fails before its own remove
+	cg := filepath.Join(root, "fptune-"+name)
+	sleep := exec.Command("sleep", "60")
+	fd, err := IntoCgroup(sleep, cg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fd.Close()
+	t.Cleanup(func() { _ = sleep.Process.Kill(); _ = sleep.Wait() })
+	if out, err := runCLI("--name", name, "remove"); err != nil {
+		t.Fatalf("remove with a process in the cgroup: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(cg); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cgroup %s still exists after remove", cg)
+	}
+	procs, err := os.ReadFile(filepath.Join(root, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(strings.Fields(string(procs)), strconv.Itoa(sleep.Process.Pid)) {
+		t.Errorf("process %d was not moved to the parent cgroup %s", sleep.Process.Pid, root)
 	}
 }

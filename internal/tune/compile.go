@@ -114,8 +114,9 @@ type compiled struct {
 	needs    uint32 // TUNE_NEED_* bits of tune_gen
 }
 
-// tune_gen bits (tune.h).
+// tune_gen bits (tune.h): the live generation, then the callbacks its profiles need.
 const (
+	genMask    = 1
 	needSynRTO = 1 << 1
 	needRwnd   = 1 << 2
 	needECN    = 1 << 3

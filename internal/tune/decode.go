@@ -28,9 +28,10 @@ type Kernel struct {
 // Jiffy is one tick of the kernel's clock.
 func (k Kernel) Jiffy() time.Duration { return time.Second / time.Duration(k.HZ) }
 
-// Jiffies rounds d up to whole ticks, as the program does.
+// Jiffies rounds d up to whole ticks, as the program does for syn_rto and the kernel's
+// usecs_to_jiffies for rto_min and delack_max.
 func (k Kernel) Jiffies(d time.Duration) int {
-	return int((d.Milliseconds()*int64(k.HZ) + 999) / 1000)
+	return int((d.Microseconds()*int64(k.HZ) + 999999) / 1000000)
 }
 
 // The decoder walks yaml.v3's node tree so every message carries a line number and unknown
@@ -158,10 +159,7 @@ func decodeProfile(el *config.Collector, v *yaml.Node, field string, p *Profile,
 			if dur, ok := d.duration(kv, f, time.Millisecond, 120*time.Second); ok {
 				p.SynRTO = dur
 				set(SetSynRTO)
-				if dur%k.Jiffy() != 0 {
-					el.Warn(kv.Line, f, "%v is not a whole number of jiffies (CONFIG_HZ=%d, 1 jiffy = %v); the kernel uses %v",
-						dur, k.HZ, k.Jiffy(), time.Duration(k.Jiffies(dur))*k.Jiffy())
-				}
+				d.warnJiffies(kv, f, dur)
 			}
 		case "init_rwnd":
 			if n, ok := d.count(kv, f, 1, 65535, "segments"); ok {
@@ -209,6 +207,7 @@ func decodeProfile(el *config.Collector, v *yaml.Node, field string, p *Profile,
 		case "rto_min", "delack_max":
 			lo := 2 * k.Jiffy() // TCP_TIMEOUT_MIN
 			if dur, ok := d.duration(kv, f, lo, 200*time.Millisecond); ok {
+				d.warnJiffies(kv, f, dur) // the kernel rounds up with usecs_to_jiffies
 				if key == "rto_min" {
 					p.RTOMin = dur
 					set(SetRTOMin)
@@ -415,6 +414,14 @@ func (d *dec) bytes(v *yaml.Node, f string, lo, hi uint64) (uint32, bool) {
 }
 
 // duration reads "10ms", "1s", "1.5s" or a bare number of milliseconds.
+// warnJiffies warns when the kernel will round dur up to whole jiffies.
+func (d *dec) warnJiffies(v *yaml.Node, f string, dur time.Duration) {
+	if int64(d.k.Jiffies(dur))*int64(time.Second) != int64(dur)*int64(d.k.HZ) {
+		d.el.Warn(v.Line, f, "%v is not a whole number of jiffies (CONFIG_HZ=%d, 1 jiffy = %v); the kernel uses %v",
+			dur, d.k.HZ, d.k.Jiffy(), time.Duration(d.k.Jiffies(dur))*d.k.Jiffy())
+	}
+}
+
 func (d *dec) duration(v *yaml.Node, f string, lo, hi time.Duration) (time.Duration, bool) {
 	s, ok := d.el.Scalar(v, f)
 	if !ok {

@@ -139,6 +139,14 @@ func TestSynRTOJiffyWarning(t *testing.T) {
 	if j := testKernel.Jiffies(10 * time.Millisecond); j != 3 {
 		t.Errorf("10ms = %d jiffies at HZ=250, want 3", j)
 	}
+	// rto_min and delack_max are rounded up the same way (usecs_to_jiffies).
+	p = mustParse(t, "profiles: {a: {rto_min: 10ms, delack_max: 9ms}}\nrules: []")
+	if w := strings.Join(p.Warnings, "\n"); len(p.Warnings) != 2 || !strings.Contains(w, "rto_min: 10ms") || !strings.Contains(w, "delack_max: 9ms") || !strings.Contains(w, "the kernel uses 12ms") {
+		t.Errorf("warnings = %q", p.Warnings)
+	}
+	if p := mustParse(t, "profiles: {a: {rto_min: 20ms}}\nrules: []"); len(p.Warnings) != 0 {
+		t.Errorf("20ms is 5 jiffies at HZ=250, yet warnings = %q", p.Warnings)
+	}
 }
 
 const matchPolicy = `

@@ -31,8 +31,8 @@ func (p *Profile) Values(k Kernel) []Value {
 	add(SetInitCwnd, fmt.Sprintf("%d segments", p.InitCwnd), "TCP_BPF_IW %d when established", p.InitCwnd)
 	add(SetCwndClamp, fmt.Sprintf("%d segments", p.CwndClamp), "TCP_BPF_SNDCWND_CLAMP %d when established (ssthresh too)", p.CwndClamp)
 	add(SetCongestion, p.Congestion, "TCP_CONGESTION %q", p.Congestion)
-	add(SetRTOMin, p.RTOMin.String(), "TCP_BPF_RTO_MIN %d µs = %d jiffies", p.RTOMin.Microseconds(), usToJiffies(p.RTOMin, k))
-	add(SetDelackMax, p.DelackMax.String(), "TCP_BPF_DELACK_MAX %d µs = %d jiffies", p.DelackMax.Microseconds(), usToJiffies(p.DelackMax, k))
+	add(SetRTOMin, p.RTOMin.String(), "TCP_BPF_RTO_MIN %d µs = %d jiffies", p.RTOMin.Microseconds(), k.Jiffies(p.RTOMin))
+	add(SetDelackMax, p.DelackMax.String(), "TCP_BPF_DELACK_MAX %d µs = %d jiffies", p.DelackMax.Microseconds(), k.Jiffies(p.DelackMax))
 	add(SetRTOMax, p.RTOMax.String(), "TCP_RTO_MAX_MS %d", p.RTOMax.Milliseconds())
 	add(SetPacing, fmt.Sprintf("%d bytes/s", p.MaxPacingRate), "SO_MAX_PACING_RATE %d", p.MaxPacingRate)
 	add(SetMark, fmt.Sprint(p.Mark), "SO_MARK %#x", p.Mark)
@@ -59,12 +59,6 @@ func capTo(v uint32, lim int) uint32 {
 		return uint32(lim)
 	}
 	return v
-}
-
-// usToJiffies is the kernel's usecs_to_jiffies (rounding up).
-func usToJiffies(d time.Duration, k Kernel) int {
-	us := d.Microseconds()
-	return int((us*int64(k.HZ) + 999999) / 1000000)
 }
 
 func b2i(b bool) int {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/lab/labtest"
 	"github.com/flowplane/flowplane/internal/testenv"
 )
@@ -20,19 +21,7 @@ profiles:
   r: {congestion: cubic, react: {retransmissions_above: 0, congestion: reno, cwnd_clamp: 10}}
 rules: [{match: {remote_port: 5801}, profile: r}]
 `, cg)
-	h2 := labtest.Addr(t, l, "h2", "4")
-	startHelper(t, l, "h2", cg, "hold-server", ":5801")
-	startHelper(t, l, "h1", cg, "hold-client", h2+":5801")
-	if c := ssFind(t, l, "h1", "dst "+h2+":5801"); !c.has("cubic") {
-		t.Fatalf("before any retransmission: %s", c.line)
-	}
-	nft(t, l, "h2", "tcp dport 5801 drop")
-	var c ssConn
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if c = ssFind(t, l, "h1", "dst "+h2+":5801"); c.has("reno") {
-			break
-		}
-	}
+	c := blackholeUntilReno(t, l, cg, "5801")
 	k, _ := HostKernel()
 	st, err := ReadStatus(name, k)
 	if err != nil {
@@ -44,6 +33,10 @@ rules: [{match: {remote_port: 5801}, profile: r}]
 	for _, s := range st.Settings {
 		if (s.Setting == "react.congestion" || s.Setting == "react.cwnd_clamp") && (len(s.Errors) > 0 || s.Applied != 1) {
 			t.Errorf("%s: applied %d, refused %+v; want applied once", s.Setting, s.Applied, s.Errors)
+		}
+		// The callbacks are switched on at establishment and off after the reaction.
+		if s.Setting == "react.callbacks" && (len(s.Errors) > 0 || s.Applied != 2) {
+			t.Errorf("react.callbacks: applied %d, refused %+v; want 2 (on, then off)", s.Applied, s.Errors)
 		}
 	}
 }
@@ -59,19 +52,7 @@ profiles:
   r: {congestion: cubic, rto_min: 20ms, react: {timeouts_above: 1, congestion: reno}}
 rules: [{match: {remote_port: 5802}, profile: r}]
 `, cg)
-	h2 := labtest.Addr(t, l, "h2", "4")
-	startHelper(t, l, "h2", cg, "hold-server", ":5802")
-	startHelper(t, l, "h1", cg, "hold-client", h2+":5802")
-	if c := ssFind(t, l, "h1", "dst "+h2+":5802"); !c.has("cubic") {
-		t.Fatalf("before the blackhole: %s", c.line)
-	}
-	nft(t, l, "h2", "tcp dport 5802 drop")
-	var c ssConn
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if c = ssFind(t, l, "h1", "dst "+h2+":5802"); c.has("reno") {
-			break
-		}
-	}
+	c := blackholeUntilReno(t, l, cg, "5802")
 	k, _ := HostKernel()
 	st, err := ReadStatus(name, k)
 	if err != nil {
@@ -80,4 +61,25 @@ rules: [{match: {remote_port: 5802}, profile: r}]
 	if !c.has("reno") || st.Counters["reacted"] != 1 || st.Counters["rto_callbacks"] < 2 {
 		t.Errorf("after two timeouts want reno and one reaction: counters %v\n  ss: %s", st.Counters, c.line)
 	}
+}
+
+// blackholeUntilReno opens a connection h1 → h2:port from cg, checks it starts on cubic, drops
+// everything h2 receives on port and returns the connection once ss shows reno (or after 10 s,
+// for the caller to report).
+func blackholeUntilReno(t *testing.T, l *lab.Lab, cg, port string) ssConn {
+	t.Helper()
+	h2 := labtest.Addr(t, l, "h2", "4")
+	startHelper(t, l, "h2", cg, "hold-server", ":"+port)
+	startHelper(t, l, "h1", cg, "hold-client", h2+":"+port)
+	if c := ssFind(t, l, "h1", "dst "+h2+":"+port); !c.has("cubic") {
+		t.Fatalf("before the blackhole: %s", c.line)
+	}
+	nft(t, l, "h2", "tcp dport "+port+" drop")
+	var c ssConn
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if c = ssFind(t, l, "h1", "dst "+h2+":"+port); c.has("reno") {
+			break
+		}
+	}
+	return c
 }

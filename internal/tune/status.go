@@ -103,7 +103,7 @@ func ReadStatus(name string, k Kernel) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &Status{Name: rec.Name, File: rec.File, Cgroup: rec.Cgroup, Generation: rec.Generation, Applied: rec.Applied, OtherSockOp: []OtherProgram{},
+	st := &Status{Name: rec.Name, File: rec.File, Cgroup: rec.Cgroup, Applied: rec.Applied, OtherSockOp: []OtherProgram{},
 		Counters: map[string]uint64{}}
 	pol, err := Parse(rec.File, []byte(rec.YAML), k)
 	if err != nil {
@@ -115,6 +115,12 @@ func ReadStatus(name string, k Kernel) (*Status, error) {
 		return nil, err
 	}
 	defer m.Close()
+	// The map, not the record, says which half of the tables is live.
+	var gen uint32
+	if err := m.TuneGen.Lookup(uint32(0), &gen); err != nil {
+		return nil, fmt.Errorf("read the live generation: %w", err)
+	}
+	st.Generation = gen & genMask
 	if err := st.readLink(name, rec.Cgroup); err != nil {
 		return nil, err
 	}
@@ -132,7 +138,7 @@ func ReadStatus(name string, k Kernel) (*Status, error) {
 	}
 	for j, cr := range rules {
 		for arm := uint32(0); arm < 2; arm++ {
-			n, err := sumPerCPU(m.TuneHits, (rec.Generation*maxRules+uint32(j))*2+arm)
+			n, err := sumPerCPU(m.TuneHits, (st.Generation*maxRules+uint32(j))*2+arm)
 			if err != nil {
 				return nil, err
 			}
