@@ -201,36 +201,42 @@ extern int bpf_iter_num_new(struct bpf_iter_num *it, int start, int end) __ksym;
 extern int *bpf_iter_num_next(struct bpf_iter_num *it) __ksym;
 extern void bpf_iter_num_destroy(struct bpf_iter_num *it) __ksym;
 
-/* scan returns the first rule in both sets that also selects ports and direction, or -1. */
-static __always_inline __s32 scan(const struct tune_ruleset *rs, const struct tune_ruleset *ls,
-				  const struct flow *f, __u32 base)
+/* scan returns the first rule in both sets that also selects ports and direction (its index in
+ * *idx), or NULL. Only the words both sets mark in nz are visited. */
+static __always_inline struct tune_rule *scan(const struct tune_ruleset *rs,
+					      const struct tune_ruleset *ls, const struct flow *f,
+					      __u32 base, __s32 *idx)
 {
 	struct bpf_iter_num words, bits_it;
-	__s32 found = -1;
+	struct tune_rule *found = NULL;
+	__u64 nz = rs->nz & ls->nz;
 	int *w, *b;
 
 	bpf_iter_num_new(&words, 0, TUNE_WORDS);
-	while ((w = bpf_iter_num_next(&words))) {
-		__u32 i = *w & (TUNE_WORDS - 1);
+	while (nz && (w = bpf_iter_num_next(&words))) {
+		__u64 lw = nz & -nz;
+		__u32 i = debruijn[(lw * 0x03f79d71b4ca8b09ULL) >> 58] & (TUNE_WORDS - 1);
 		__u64 bits = rs->w[i] & ls->w[i];
 
+		nz &= nz - 1;
 		if (!bits)
 			continue;
 		bpf_iter_num_new(&bits_it, 0, 64);
 		while (bits && (b = bpf_iter_num_next(&bits_it))) {
 			__u64 low = bits & -bits;
-			__u32 idx = i * 64 + debruijn[(low * 0x03f79d71b4ca8b09ULL) >> 58];
-			__u32 key = base + idx;
+			__u32 n = i * 64 + debruijn[(low * 0x03f79d71b4ca8b09ULL) >> 58];
+			__u32 key = base + n;
 			struct tune_rule *r = bpf_map_lookup_elem(&tune_rules, &key);
 
 			if (r && rule_selects(r, f)) {
-				found = idx;
+				found = r;
+				*idx = n;
 				break;
 			}
 			bits &= bits - 1;
 		}
 		bpf_iter_num_destroy(&bits_it);
-		if (found >= 0)
+		if (found)
 			break;
 	}
 	bpf_iter_num_destroy(&words);
@@ -247,40 +253,46 @@ static __always_inline void lpm_key(struct tune_lpm_key *k, __u32 gen, const str
 	__builtin_memcpy(k->addr, addr, 16);
 }
 
-/* match finds the connection's rule in generation gen (read once per program run by the
- * caller, so every table it reads belongs to one policy). It returns the profile (or NULL: no
- * rule, or sampled out) and sets *rule_key to the rule's absolute index (-1 without one) and
- * *arm to the arm. */
+/* match finds the connection's rule in the generation of gen (the tune_gen word, read once per
+ * program run by the caller, so every table it reads belongs to one policy). It returns the
+ * profile (or NULL: no rule, or sampled out) and sets *rule_key to the rule's absolute index
+ * (-1 without one) and *arm to the arm. A side no rule constrains (TUNE_*_ANY) is not looked
+ * up: its trie would answer every rule of the flow's family. */
 static __always_inline struct tune_profile *match(const struct flow *f, __u32 gen, __s32 *rule_key,
 						  __u32 *arm)
 {
 	struct tune_ruleset *remote, *local;
+	__u32 g = gen & TUNE_GEN_MASK, key;
 	struct tune_lpm_key k;
 	struct tune_rule *r;
-	__s32 found;
-	__u32 key;
+	__s32 found = -1;
 
 	*rule_key = -1;
 	*arm = 0;
-	lpm_key(&k, gen, f, f->raddr);
-	remote = bpf_map_lookup_elem(&tune_remote, &k);
-	lpm_key(&k, gen, f, f->laddr);
-	local = bpf_map_lookup_elem(&tune_local, &k);
+	if (gen & TUNE_LOCAL_ANY) {
+		lpm_key(&k, g, f, f->raddr);
+		remote = bpf_map_lookup_elem(&tune_remote, &k);
+		local = remote;
+	} else {
+		lpm_key(&k, g, f, f->laddr);
+		local = bpf_map_lookup_elem(&tune_local, &k);
+		remote = local;
+		if (!(gen & TUNE_REMOTE_ANY)) {
+			lpm_key(&k, g, f, f->raddr);
+			remote = bpf_map_lookup_elem(&tune_remote, &k);
+		}
+	}
 	if (!remote || !local)
 		return NULL;
-	found = scan(remote, local, f, gen * TUNE_MAX_RULES);
-	if (found < 0 || found >= TUNE_MAX_RULES)
+	r = scan(remote, local, f, g * TUNE_MAX_RULES, &found);
+	if (!r || found < 0 || found >= TUNE_MAX_RULES)
 		return NULL;
-	key = gen * TUNE_MAX_RULES + found;
-	*rule_key = key;
-	r = bpf_map_lookup_elem(&tune_rules, &key);
-	if (!r)
-		return NULL;
+	*rule_key = g * TUNE_MAX_RULES + found;
 	if (r->sample < (1ULL << 32) && (__u64)flow_hash(f) >= r->sample) {
 		*arm = 1;
 		return NULL;
 	}
-	key = gen * TUNE_MAX_PROFILES + (r->profile & (TUNE_MAX_PROFILES - 1));
+	key = g * TUNE_MAX_PROFILES + (r->profile & (TUNE_MAX_PROFILES - 1));
 	return bpf_map_lookup_elem(&tune_profiles, &key);
 }
 
@@ -385,8 +397,15 @@ __noinline int apply_established(struct bpf_sock_ops *s, const struct tune_profi
 {
 	if (!p)
 		return 0;
-	if (has(p, TUNE_SET_INIT_CWND))
-		set_int(s, SOL_TCP, TCP_BPF_IW, p->init_cwnd, TUNE_SET_INIT_CWND);
+	if (has(p, TUNE_SET_INIT_CWND)) {
+		/* TCP_BPF_IW only sets snd_cwnd (accepted while no data has been sent): when it
+		 * already holds the value, the call would succeed and change nothing, so count it
+		 * as applied without making it */
+		if (s->snd_cwnd == p->init_cwnd && s->data_segs_out == 0)
+			fp_count(&tune_applied, TUNE_SET_INIT_CWND);
+		else
+			set_int(s, SOL_TCP, TCP_BPF_IW, p->init_cwnd, TUNE_SET_INIT_CWND);
+	}
 	if (has(p, TUNE_SET_CWND_CLAMP))
 		set_int(s, SOL_TCP, TCP_BPF_SNDCWND_CLAMP, p->cwnd_clamp, TUNE_SET_CWND_CLAMP);
 	if (has(p, TUNE_SET_RTO_MIN))
@@ -517,7 +536,7 @@ int tune_sockops(struct bpf_sock_ops *s)
 			dir = TUNE_DIR_PASSIVE;
 	}
 	flow_of(s, &f, dir);
-	p = match(&f, gen & TUNE_GEN_MASK, &rule_key, &arm);
+	p = match(&f, gen, &rule_key, &arm);
 	if (op == BPF_SOCK_OPS_TCP_CONNECT_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
 		count_hit(rule_key, arm);
 	if (!p)

@@ -16,6 +16,10 @@
 #define TUNE_NEED_RWND	      (1 << 2)
 #define TUNE_NEED_ECN	      (1 << 3)
 #define TUNE_NEED_ESTABLISHED (1 << 4) /* cwnd, RTO and delack settings, reactions */
+/* No rule of the generation has a remote (local) prefix: that side's trie answers "every rule"
+ * for any address, so a match skips its lookup. */
+#define TUNE_REMOTE_ANY (1 << 5)
+#define TUNE_LOCAL_ANY	(1 << 6)
 
 /* tune_profile.react_on: what triggers the reactive settings */
 #define TUNE_REACT_RETRANS 1 /* more than react_retrans segments retransmitted */
@@ -124,9 +128,11 @@ struct tune_lpm_key {
 	__u8 addr[16];
 };
 
-/* The rules (bit i = rule i) whose prefix contains the looked-up address. */
+/* The rules (bit i = rule i) whose prefix contains the looked-up address; bit i of nz is set
+ * when w[i] is not zero, so a match visits only the words that can hold a rule. */
 struct tune_ruleset {
 	__u64 w[TUNE_WORDS];
+	__u64 nz;
 };
 
 /* Key of the kernel-refusal counters. */

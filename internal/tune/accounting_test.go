@@ -152,3 +152,37 @@ func TestLabRefusalsCounted(t *testing.T) {
 		t.Errorf("refusals %v, want rto_min EINVAL and congestion ENOENT (settings %+v)", refused, st.Settings)
 	}
 }
+
+// TestLabInitCwndAtDefaultCounted gives both ends init_cwnd 10, the kernel's default initial
+// window: the program skips the TCP_BPF_IW call when snd_cwnd already holds the value (before
+// any data), and must still count the setting as applied on each connection.
+func TestLabInitCwndAtDefaultCounted(t *testing.T) {
+	l := labtest.Up(t, verifyLab)
+	cg := testCgroup(t)
+	_, name := applyTest(t, "profiles: {p: {init_cwnd: 10}}\nrules:\n  - {match: {remote_port: 5702}, profile: p}\n  - {match: {local_port: 5702}, profile: p}\n", cg)
+	h2 := labtest.Addr(t, l, "h2", "4")
+	startHelper(t, l, "h2", cg, "hold-server", ":5702")
+	startHelper(t, l, "h1", cg, "hold-client", net.JoinHostPort(h2, "5702"))
+	time.Sleep(200 * time.Millisecond)
+	k, _ := HostKernel()
+	st, err := ReadStatus(name, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, s := range st.Settings {
+		if s.Setting != SetInitCwnd.String() {
+			continue
+		}
+		found = true
+		if s.Applied != 2 || len(s.Errors) > 0 {
+			t.Errorf("init_cwnd applied %d, refused %+v; want 2 applied, none refused", s.Applied, s.Errors)
+		}
+	}
+	if !found {
+		t.Errorf("init_cwnd neither applied nor refused: %+v", st.Settings)
+	}
+	if st.Counters["matched"] != 2 {
+		t.Errorf("counters %v, want 2 matched connections", st.Counters)
+	}
+}

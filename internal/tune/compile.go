@@ -55,6 +55,17 @@ type ruleset [words]uint64
 
 func (s *ruleset) add(i int) { s[i/64] |= 1 << (i % 64) }
 
+// nz is the ruleset's summary word (tune_ruleset.nz): bit i set when word i is not zero.
+func (s *ruleset) nz() uint64 {
+	var m uint64
+	for i, w := range s {
+		if w != 0 {
+			m |= 1 << i
+		}
+	}
+	return m
+}
+
 // trieEntry is one LPM entry: family (4/6), prefix, and the rules whose prefix contains it.
 type trieEntry struct {
 	prefix netip.Prefix
@@ -121,6 +132,8 @@ const (
 	needRwnd   = 1 << 2
 	needECN    = 1 << 3
 	needEst    = 1 << 4
+	remoteAny  = 1 << 5 // no rule has a remote prefix: the program skips that trie
+	localAny   = 1 << 6 // same for local prefixes
 )
 
 func compile(p *Policy) *compiled {
@@ -145,7 +158,20 @@ func compile(p *Policy) *compiled {
 	}
 	c.remote = buildTrie(c.rules, func(r crule) netip.Prefix { return r.remote })
 	c.local = buildTrie(c.rules, func(r crule) netip.Prefix { return r.local })
+	c.needs |= anySide(c.rules, func(r crule) netip.Prefix { return r.remote }, remoteAny)
+	c.needs |= anySide(c.rules, func(r crule) netip.Prefix { return r.local }, localAny)
 	return c
+}
+
+// anySide returns bit when no rule has a prefix on that side: the side's trie then holds only
+// the two /0 entries, each with every rule, and the program skips looking it up.
+func anySide(rules []crule, side func(crule) netip.Prefix, bit uint32) uint32 {
+	for _, r := range rules {
+		if side(r).IsValid() {
+			return 0
+		}
+	}
+	return bit
 }
 
 func sampleThreshold(share float64) uint64 {
@@ -294,11 +320,23 @@ func (c *compiled) lookup(f Flow) int {
 		}
 		return &best.rules
 	}
-	rs, ls := find(c.remote, f.Remote), find(c.local, f.Local)
+	// as the program: a side no rule constrains is not looked up
+	var rs, ls *ruleset
+	switch {
+	case c.needs&localAny != 0:
+		rs = find(c.remote, f.Remote)
+		ls = rs
+	case c.needs&remoteAny != 0:
+		ls = find(c.local, f.Local)
+		rs = ls
+	default:
+		rs, ls = find(c.remote, f.Remote), find(c.local, f.Local)
+	}
 	if rs == nil || ls == nil {
 		return -1
 	}
-	for w := 0; w < words; w++ {
+	for nz := rs.nz() & ls.nz(); nz != 0; nz &= nz - 1 {
+		w := bits.TrailingZeros64(nz)
 		b := rs[w] & ls[w]
 		for b != 0 {
 			i := w*64 + bits.TrailingZeros64(b)
