@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/runstate"
 	"github.com/flowplane/flowplane/internal/topo"
 )
 
@@ -77,7 +78,7 @@ func Up(file string, data []byte, t *topo.Topology) (*Lab, error) {
 	}
 	// The record goes first: if we die half-way, `lab down` still knows what to remove.
 	rec := record{Name: t.Name, File: file, YAML: string(data), Created: time.Now().UTC().Truncate(time.Second)}
-	if err := saveRecord(rec); err != nil {
+	if err := runstate.Save(subsystem, rec.Name, rec); err != nil {
 		return nil, err
 	}
 	l := &Lab{Topology: t, Created: rec.Created}
@@ -141,9 +142,10 @@ func Down(name string) error {
 	if err := pin.Remove("lab", name); err != nil {
 		errs = append(errs, err)
 	}
-	if err := os.Remove(recordPath(name)); err == nil {
+	if _, err := os.Stat(runstate.Path(subsystem, name)); err == nil {
 		found = true
-	} else if !errors.Is(err, os.ErrNotExist) {
+	}
+	if err := runstate.Remove(subsystem, name); err != nil {
 		errs = append(errs, err)
 	}
 	if !found {

@@ -1,7 +1,6 @@
 package tune
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/runstate"
 )
 
 //go:generate go tool bpf2go -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror" -type tune_profile -type tune_rule -type tune_lpm_key -type tune_ruleset -type tune_err_key -type tune_sk -type tune_stat -type tune_setting tune ../../bpf/tune/tune.bpf.c -- -I../../bpf/include
@@ -21,9 +21,9 @@ import (
 // DefaultName is the policy instance the commands act on without --name.
 const DefaultName = "default"
 
-// stateDir keeps one record per applied policy: its file, YAML and cgroup, so status, explain
-// and remove work from any shell.
-const stateDir = "/run/flowplane/tune"
+// A record per applied policy (internal/runstate) keeps its file, YAML and cgroup, so status,
+// explain and remove work from any shell.
+const subsystem = "tune"
 
 // Record is what apply leaves behind for the other commands.
 type Record struct {
@@ -36,35 +36,16 @@ type Record struct {
 	Applied       time.Time `json:"applied"`
 }
 
-func recordPath(name string) string { return filepath.Join(stateDir, name+".json") }
-
 // LoadRecord reads an instance's record; os.ErrNotExist when none is applied.
 func LoadRecord(name string) (*Record, error) {
-	data, err := os.ReadFile(recordPath(name))
-	if err != nil {
-		return nil, err
-	}
 	var r Record
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("read %s: %w", recordPath(name), err)
+	if err := runstate.Load(subsystem, name, &r); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }
 
-func saveRecord(r *Record) error {
-	if err := os.MkdirAll(stateDir, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", stateDir, err)
-	}
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := recordPath(r.Name) + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return fmt.Errorf("write tune record: %w", err)
-	}
-	return os.Rename(tmp, recordPath(r.Name))
-}
+func saveRecord(r *Record) error { return runstate.Save(subsystem, r.Name, r) }
 
 func pinParts(name string) []string { return []string{"tune", name} }
 
@@ -352,7 +333,7 @@ func Remove(name string) error {
 				return err
 			}
 		}
-		if err := os.Remove(recordPath(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := runstate.Remove(subsystem, name); err != nil {
 			return err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/runstate"
 	"github.com/flowplane/flowplane/internal/testenv"
 )
 
@@ -42,7 +43,7 @@ func TestApplyBadInputAttachesNothing(t *testing.T) {
 	if cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), "bad.yaml:3: profiles.a.cwnd_clamp") {
 		t.Fatalf("apply bad policy: exit %d, %v", cli.ExitCode(err), err)
 	}
-	for _, p := range []string{recordPath(name), pin.Path(pinParts(name)...)} {
+	for _, p := range []string{runstate.Path(subsystem, name), pin.Path(pinParts(name)...)} {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s exists after a rejected apply", p)
 		}
