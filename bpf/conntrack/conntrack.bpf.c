@@ -409,10 +409,13 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 			else if (ack == receiver->td_end + 1)
 				receiver->td_end++;
 		}
-	} else if (((state == CT_TCP_SYN_SENT && dir == 0) ||
+	} else if (p->tcp_syn &&
+		   ((state == CT_TCP_SYN_SENT && dir == 0) ||
 		    (state == CT_TCP_SYN_RECV && dir == 1)) &&
 		   after(end, sender->td_end)) {
-		/* A reinitialised connection (new ISN on a retransmitted SYN). */
+		/* A reinitialised connection (new ISN on a retransmitted SYN or SYN-ACK); only a
+		 * SYN carries the window scale, so nothing else may reinitialise the sender (nf).
+		 */
 		tcp_init_sender(sender, p);
 	}
 
@@ -566,10 +569,12 @@ static __always_inline __u32 entry_timeout_slot(__u8 proto, __u32 state, __u32 s
 }
 
 /* lookup finds the live entry of key in the confirmed table, then the unconfirmed one. An
- * expired entry is removed and never returned. */
-static __always_inline struct ct_entry *lookup(struct ct_key *key, __u64 now, int *confirmed)
+ * expired entry is removed and never returned. main is the confirmed table's entry for key if
+ * the caller already looked it up (looked != 0), so the hot path hashes the key once. */
+static __always_inline struct ct_entry *lookup(struct ct_key *key, __u64 now, int *confirmed,
+					       struct ct_entry *main, int looked)
 {
-	struct ct_entry *e = bpf_map_lookup_elem(&ct_main, key);
+	struct ct_entry *e = looked ? main : bpf_map_lookup_elem(&ct_main, key);
 
 	*confirmed = 1;
 	if (e) {
@@ -590,7 +595,6 @@ static __always_inline struct ct_entry *lookup(struct ct_key *key, __u64 now, in
 	return NULL;
 }
 
-/* create opens a connection for a packet allowed to; returns a verdict. */
 /* ct_create opens a connection for a packet allowed to, with the connection's first timeout in
  * ns. A global function: the new entry is built in its own stack frame. */
 __attribute__((noinline)) int ct_create(struct pkt *p, __u64 now, __u64 timeouts, __u32 ifindex)
@@ -694,22 +698,23 @@ static __always_inline int related_at(struct hdr_cursor *c, __u8 family, __u64 n
 		return CT_STAT_INV_ICMP;
 	}
 	make_key(&inner, family, proto, src, dst, sport, dport);
-	if (!lookup(&inner.key, now, &confirmed))
+	if (!lookup(&inner.key, now, &confirmed, NULL, 0))
 		return CT_STAT_INV_ICMP;
 	fp_count(&ct_stats, CT_STAT_RELATED);
 	return 0;
 }
 
-/* track decides one forwarded packet; c points at the transport header. */
+/* track decides one forwarded packet; c points at the transport header. If looked, route_lookup
+ * has built p->key and looked it up in ct_main (main, NULL if absent). */
 static __always_inline int track(struct xdp_md *ctx, struct hdr_cursor *c, struct pkt *p,
 				 __u8 family, int l4proto, const __u32 *src, const __u32 *dst,
-				 __u32 l4off)
+				 __u32 l4off, __u64 now, struct ct_entry *main, int looked)
 {
 	struct ct_config *cfg;
 	struct ct_entry *e;
 	__u32 zero = 0, *role, ifindex = ctx->ingress_ifindex;
 	__u16 sport = 0, dport = 0;
-	__u64 now = bpf_ktime_get_coarse_ns();
+	__u64 expires;
 	__u32 dir, state = 0;
 	int confirmed, reason;
 
@@ -796,9 +801,10 @@ static __always_inline int track(struct xdp_md *ctx, struct hdr_cursor *c, struc
 		}
 		sport = dport = *(__u16 *)(ih + 4);
 	}
-	make_key(p, family, l4proto, src, dst, sport, dport);
+	if (!looked) /* the same ports route_lookup read, now validated */
+		make_key(p, family, l4proto, src, dst, sport, dport);
 
-	e = lookup(&p->key, now, &confirmed);
+	e = lookup(&p->key, now, &confirmed, main, looked);
 	if (!e) {
 	open:
 		if (!p->new_ok) {
@@ -846,7 +852,9 @@ static __always_inline int track(struct xdp_md *ctx, struct hdr_cursor *c, struc
 	}
 	if (state == CT_TCP_ESTABLISHED && !(e->status & CT_F_ASSURED))
 		__sync_fetch_and_or(&e->status, CT_F_ASSURED);
-	e->expires = now + timeout_ns(cfg, entry_timeout_slot(l4proto, state, e->status));
+	expires = now + timeout_ns(cfg, entry_timeout_slot(l4proto, state, e->status));
+	if (e->expires != expires) /* the coarse clock ticks per jiffy: spare the store */
+		e->expires = expires;
 	if (!confirmed && (e->status & CT_F_SEEN_REPLY))
 		return confirm(p, e);
 	return V_ALLOW;
@@ -855,12 +863,13 @@ static __always_inline int track(struct xdp_md *ctx, struct hdr_cursor *c, struc
 /* route_lookup is bpf_fib_lookup with a per-connection cache: a confirmed TCP or UDP connection
  * reuses, for a second, the result of its last lookup in the same direction from the same
  * ingress for a packet at least as long (the MTU check). It fills fib and returns the lookup's
- * result. c points at the transport header. */
+ * result. c points at the transport header. For TCP and UDP it builds p->key, sets *looked and
+ * leaves the key's ct_main entry (live or not, NULL if none) in *mainp for track. */
 static __always_inline int route_lookup(struct xdp_md *ctx, struct hdr_cursor *c, struct pkt *p,
 					struct bpf_fib_lookup *fib, __u8 family, int l4proto,
-					const __u32 *src, const __u32 *dst)
+					const __u32 *src, const __u32 *dst, __u64 now,
+					struct ct_entry **mainp, int *looked)
 {
-	__u64 now = bpf_ktime_get_coarse_ns();
 	struct ct_route *r = NULL;
 	__u16 *ports = c->pos;
 	struct ct_entry *e;
@@ -869,6 +878,8 @@ static __always_inline int route_lookup(struct xdp_md *ctx, struct hdr_cursor *c
 	if ((l4proto == IPPROTO_TCP || l4proto == IPPROTO_UDP) && (void *)(ports + 2) <= c->end) {
 		make_key(p, family, l4proto, src, dst, ports[0], ports[1]);
 		e = bpf_map_lookup_elem(&ct_main, &p->key);
+		*mainp = e;
+		*looked = 1;
 		if (e && e->expires > now) {
 			r = &e->route[(p->fwd == !!(e->status & CT_F_ORIG_LO) ? 0 : 1) & 1];
 			if (r->checked && now - r->checked <= ROUTE_CACHE_NS &&
@@ -912,10 +923,12 @@ int conntrack_xdp(struct xdp_md *ctx)
 	struct iphdr *iph = NULL;
 	struct ipv6hdr *ip6 = NULL;
 	struct ethhdr *eth;
+	struct ct_entry *main = NULL;
 	struct pkt p = {};
 	__u32 src[4] = {}, dst[4] = {};
+	__u64 now;
 	__u32 l4off;
-	int eproto, l4, rc;
+	int eproto, l4, rc, looked = 0;
 	__u8 family;
 
 	eproto = parse_ethhdr(&c, &eth);
@@ -963,14 +976,19 @@ int conntrack_xdp(struct xdp_md *ctx)
 	if (l4off > 0xffff)
 		return pass();
 
-	rc = route_lookup(ctx, &c, &p, &fib, family, l4, src, dst);
+	now = bpf_ktime_get_coarse_ns();
+	rc = route_lookup(ctx, &c, &p, &fib, family, l4, src, dst, now, &main, &looked);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return pass(); /* for this host, unroutable, too big, ...: the kernel's job */
 
-	if (track(ctx, &c, &p, family, l4, src, dst, l4off) != V_ALLOW && !track_only)
+	if (track(ctx, &c, &p, family, l4, src, dst, l4off, now, main, looked) != V_ALLOW &&
+	    !track_only)
 		return XDP_DROP;
 
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS || !bpf_map_lookup_elem(&tx_ports, &fib.ifindex))
+	/* bpf_redirect_map only records the target (acted on after return), so it doubles as the
+	 * devmap membership check before the packet is modified. */
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS ||
+	    bpf_redirect_map(&tx_ports, fib.ifindex, XDP_PASS) != XDP_REDIRECT)
 		return pass(); /* the kernel resolves the neighbour or sends it elsewhere */
 	if (iph)
 		ip_decrease_ttl(iph);
@@ -979,7 +997,7 @@ int conntrack_xdp(struct xdp_md *ctx)
 	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
 	fp_count(&ct_stats, CT_STAT_FORWARDED);
-	return bpf_redirect_map(&tx_ports, fib.ifindex, XDP_PASS);
+	return XDP_REDIRECT;
 }
 
 char _license[] SEC("license") = "Dual BSD/GPL";

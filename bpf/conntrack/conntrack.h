@@ -112,8 +112,8 @@ struct ct_route {
 
 /* One connection. Index 0 of the arrays is the original direction, 1 the reply. */
 struct ct_entry {
-	__u64 expires;		  /* CLOCK_MONOTONIC(_COARSE) ns after which the entry is dead */
-	__u64 created;		  /* CLOCK_MONOTONIC ns at creation */
+	__u64 expires;		  /* CLOCK_MONOTONIC_COARSE ns after which the entry is dead */
+	__u64 created;		  /* CLOCK_MONOTONIC_COARSE ns at creation */
 	__u64 packets[2];	  /* per direction */
 	__u64 bytes[2];		  /* per direction, L3 bytes */
 	struct ct_route route[2]; /* per direction, set for confirmed entries */

@@ -130,31 +130,28 @@ func listCmd() *cobra.Command {
 			if state != "" && !validState(state) {
 				return cli.Usagef("--state %q: want one of %s, NEW", state, strings.Join(tcpStateNames, ", "))
 			}
-			t, err := OpenPinned()
-			if err != nil {
-				return err
-			}
-			defer t.Close()
-			all, err := t.List()
-			if err != nil {
-				return err
-			}
-			es := []Entry{}
-			for _, e := range all {
-				if (proto == "" || e.Proto == proto) && (state == "" || e.State == state) {
-					es = append(es, e)
+			return withTables(func(t *Tables) error {
+				all, err := t.List()
+				if err != nil {
+					return err
 				}
-			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(es)
-			}
-			for _, e := range es {
-				fmt.Fprintln(cmd.OutOrStdout(), e.String())
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "conntrack: %d flow entries listed\n", len(es))
-			return nil
+				es := []Entry{}
+				for _, e := range all {
+					if (proto == "" || e.Proto == proto) && (state == "" || e.State == state) {
+						es = append(es, e)
+					}
+				}
+				if asJSON {
+					enc := json.NewEncoder(cmd.OutOrStdout())
+					enc.SetIndent("", "  ")
+					return enc.Encode(es)
+				}
+				for _, e := range es {
+					fmt.Fprintln(cmd.OutOrStdout(), e.String())
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "conntrack: %d flow entries listed\n", len(es))
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -207,23 +204,30 @@ func protoNumber(p string) int {
 	return map[string]int{"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58}[p]
 }
 
+// withTables runs fn on this namespace's pinned tables and closes them after.
+func withTables(fn func(t *Tables) error) error {
+	t, err := OpenPinned()
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	return fn(t)
+}
+
 func flushCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "flush",
 		Short: "delete every tracked connection",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			t, err := OpenPinned()
-			if err != nil {
-				return err
-			}
-			defer t.Close()
-			n, err := t.Flush()
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "conntrack: %d flow entries have been deleted\n", n)
-			return nil
+			return withTables(func(t *Tables) error {
+				n, err := t.Flush()
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "conntrack: %d flow entries have been deleted\n", n)
+				return nil
+			})
 		},
 	}
 }
@@ -235,24 +239,21 @@ func statsCmd() *cobra.Command {
 		Short: "print the counters and table sizes",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			t, err := OpenPinned()
-			if err != nil {
-				return err
-			}
-			defer t.Close()
-			c, err := t.ReadCounters()
-			if err != nil {
-				return err
-			}
-			conf, unconf, err := t.Count()
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
-					"counters": c, "entries": map[string]int{"confirmed": conf, "unconfirmed": unconf}})
-			}
-			return printStats(cmd.OutOrStdout(), c, conf, unconf)
+			return withTables(func(t *Tables) error {
+				c, err := t.ReadCounters()
+				if err != nil {
+					return err
+				}
+				conf, unconf, err := t.Count()
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
+						"counters": c, "entries": map[string]int{"confirmed": conf, "unconfirmed": unconf}})
+				}
+				return printStats(cmd.OutOrStdout(), c, conf, unconf)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -279,19 +280,16 @@ a closed one. Entries removed by the sweep of 'run' are counted (stats: swept) b
 here. Only one reader at a time gets each event.`,
 		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			t, err := OpenPinned()
-			if err != nil {
-				return err
-			}
-			defer t.Close()
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return Events(ctx, t, func(ev Event) {
-				if asJSON {
-					_ = json.NewEncoder(cmd.OutOrStdout()).Encode(ev)
-					return
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), ev.String())
+			return withTables(func(t *Tables) error {
+				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return Events(ctx, t, func(ev Event) {
+					if asJSON {
+						_ = json.NewEncoder(cmd.OutOrStdout()).Encode(ev)
+						return
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), ev.String())
+				})
 			})
 		},
 	}
@@ -365,33 +363,30 @@ func timeoutCmd() *cobra.Command {
 				}
 				over[name] = d
 			}
-			t, err := OpenPinned()
-			if err != nil {
-				return err
-			}
-			defer t.Close()
-			if len(over) > 0 {
-				if err := t.SetTimeouts(over); err != nil {
+			return withTables(func(t *Tables) error {
+				if len(over) > 0 {
+					if err := t.SetTimeouts(over); err != nil {
+						return err
+					}
+				}
+				to, liberal, err := t.Timeouts()
+				if err != nil {
 					return err
 				}
-			}
-			to, liberal, err := t.Timeouts()
-			if err != nil {
-				return err
-			}
-			names := make([]string, 0, len(to))
-			for n := range to {
-				if n != "tcp_none" {
-					names = append(names, n)
+				names := make([]string, 0, len(to))
+				for n := range to {
+					if n != "tcp_none" {
+						names = append(names, n)
+					}
 				}
-			}
-			sort.Slice(names, func(i, j int) bool { return indexOf(names[i]) < indexOf(names[j]) })
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			for _, n := range names {
-				fmt.Fprintf(tw, "%s\t%s\n", n, to[n])
-			}
-			fmt.Fprintf(tw, "liberal\t%v\n", liberal)
-			return tw.Flush()
+				sort.Slice(names, func(i, j int) bool { return indexOf(names[i]) < indexOf(names[j]) })
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				for _, n := range names {
+					fmt.Fprintf(tw, "%s\t%s\n", n, to[n])
+				}
+				fmt.Fprintf(tw, "liberal\t%v\n", liberal)
+				return tw.Flush()
+			})
 		},
 	}
 }

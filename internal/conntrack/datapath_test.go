@@ -198,14 +198,41 @@ func TestTCPLiberal(t *testing.T) {
 	f.script(t, steps)
 }
 
-func TestTCPSimultaneousOpen(t *testing.T) {
+// TestTCPHandshakeCorners shares one fixture (a fresh table each) between handshakes that
+// leave the usual order.
+func TestTCPHandshakeCorners(t *testing.T) {
 	f := newFixture(t, nil)
 	ci, si := uint32(1000), uint32(5000)
-	f.script(t, []step{
-		{name: "syn c2s", frame: tcpOpen(true, "S", ci, 0), ret: xdpRedirect, state: "SYN_SENT"},
-		{name: "syn s2c crosses it", frame: tcpOpen(false, "S", si, 0), out: true, ret: xdpRedirect, state: "SYN_SENT2"},
-		{name: "synack s2c", frame: tcpOpen(false, "SA", si, ci+1), out: true, ret: xdpRedirect, state: "SYN_RECV"},
-		{name: "ack c2s", frame: tcp(true, "A", ci+1, si+1, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+	t.Run("simultaneous open", func(t *testing.T) {
+		f.script(t, []step{
+			{name: "syn c2s", frame: tcpOpen(true, "S", ci, 0), ret: xdpRedirect, state: "SYN_SENT"},
+			{name: "syn s2c crosses it", frame: tcpOpen(false, "S", si, 0), out: true, ret: xdpRedirect, state: "SYN_SENT2"},
+			{name: "synack s2c", frame: tcpOpen(false, "SA", si, ci+1), out: true, ret: xdpRedirect, state: "SYN_RECV"},
+			{name: "ack c2s", frame: tcp(true, "A", ci+1, si+1, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+		})
+	})
+	if _, err := f.tables.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// A server that sends before the client's ACK reaches the router (SYN_RECV, reply
+	// direction) keeps the window scale of its SYN-ACK: only a SYN may reinitialise a direction
+	// (nf).
+	t.Run("server sends in SYN_RECV", func(t *testing.T) {
+		c2s := func(flags string, seq, ack uint32, n int) []byte {
+			return packet.IP(inHost, outHost).TCP(40000, 80, flags).Seq(seq).Ack(ack).Window(500).Payload(make([]byte, n)).Bytes()
+		}
+		f.script(t, []step{
+			{name: "syn", frame: packet.IP(inHost, outHost).TCP(40000, 80, "S").Seq(ci).Window(500).WScale(7).Bytes(), ret: xdpRedirect, state: "SYN_SENT"},
+			{name: "synack", frame: packet.IP(outHost, inHost).TCP(80, 40000, "SA").Seq(si).Ack(ci + 1).Window(500).WScale(7).Bytes(), out: true, ret: xdpRedirect, state: "SYN_RECV"},
+			{name: "server data before the ack", frame: packet.IP(outHost, inHost).TCP(80, 40000, "PA").Seq(si + 1).Ack(ci + 1).Window(500).Payload(make([]byte, 100)).Bytes(), out: true, ret: xdpRedirect, state: "SYN_RECV"},
+			{name: "ack", frame: c2s("A", ci+1, si+101, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+			{name: "data", frame: c2s("PA", ci+1, si+101, 1400), ret: xdpRedirect},
+			// Beyond 500 bytes, within 500<<7: needs the server's scale.
+			{name: "data beyond the unscaled window", frame: c2s("PA", ci+1401, si+101, 1400), ret: xdpRedirect},
+		})
+		if got := f.entries()[0].raw.Tcp[1].TdScale; got != 7 {
+			t.Errorf("server td_scale %d, want 7", got)
+		}
 	})
 }
 
