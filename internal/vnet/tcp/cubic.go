@@ -13,7 +13,6 @@ type Cubic struct {
 	inEpoch    bool
 	wEst       float64 // Reno-friendly estimate, segments
 	cwndAcc    float64 // fractional segments for congestion avoidance
-	ackedAcc   int
 }
 
 const (

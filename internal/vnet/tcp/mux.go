@@ -22,10 +22,9 @@ type Mux struct {
 	listeners map[listenKey]*Listener
 	nextPort  uint16
 
-	chMu       sync.Mutex
-	chWindow   time.Duration
-	chCount    int
-	rstScratch []byte
+	chMu     sync.Mutex
+	chWindow time.Duration
+	chCount  int
 
 	// Counters, for the stats command; malformed segments are dropped and counted here.
 	SegsIn, Malformed, BadChecksum, NoSocket, RSTsSent, ListenOverflow atomic.Uint64
