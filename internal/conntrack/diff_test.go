@@ -324,7 +324,7 @@ func diffScript() []dstep {
 // and the connections each ends with.
 func TestDifferential(t *testing.T) {
 	testenv.Need(t, "nft", "conntrack")
-	l := labtest.Up(t, labYAML)
+	l := labtest.Up(t, labtest.HostRouterHost)
 	prepareHosts(t, l)
 	d := &diffLab{t: t, l: l}
 	d.h1, d.h2 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "4")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "4"))

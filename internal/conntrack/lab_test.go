@@ -17,17 +17,6 @@ import (
 	"github.com/flowplane/flowplane/internal/pin"
 )
 
-// labYAML is h1 (inside) — r1 (conntrack) — h2 (outside).
-const labYAML = `
-nodes:
-  h1: {}
-  r1: {kind: router}
-  h2: {}
-links:
-  - endpoints: [h1, r1]
-  - endpoints: [r1, h2]
-`
-
 // ctLab is a lab with conntrack running on r1.
 type ctLab struct {
 	t      *testing.T
@@ -53,7 +42,7 @@ func prepareHosts(t testing.TB, l *lab.Lab) {
 
 func newCtLab(t *testing.T, cfg *Config) *ctLab {
 	t.Helper()
-	l := labtest.Up(t, labYAML)
+	l := labtest.Up(t, labtest.HostRouterHost)
 	prepareHosts(t, l)
 	c := &ctLab{t: t, l: l, h1: labtest.Addr(t, l, "h1", "4"), h2: labtest.Addr(t, l, "h2", "4"), cfg: cfg}
 	if c.cfg == nil {

@@ -45,7 +45,7 @@ rules:
 // that each one shows up in status as applied or refused with an errno: the kernel's answer is
 // never lost.
 func TestLabEverySettingAccounted(t *testing.T) {
-	l := labtest.Up(t, verifyLab)
+	l := labtest.Up(t, labtest.HostRouterHost)
 	cg := testCgroup(t)
 	pol, name := applyTest(t, allSettingsPolicy, cg)
 	h2 := labtest.Addr(t, l, "h2", "4")
@@ -82,7 +82,7 @@ func TestLabEverySettingAccounted(t *testing.T) {
 // TestLabCoexistsWithParentProgram applies one policy to a parent cgroup and one to a child:
 // the child's status names the parent's program, and the child's settings still apply.
 func TestLabCoexistsWithParentProgram(t *testing.T) {
-	l := labtest.Up(t, verifyLab)
+	l := labtest.Up(t, labtest.HostRouterHost)
 	parent := testCgroup(t)
 	child := filepath.Join(parent, "fpchild")
 	if err := os.Mkdir(child, 0o755); err != nil {
@@ -117,7 +117,7 @@ func TestLabCoexistsWithParentProgram(t *testing.T) {
 // TCP_TIMEOUT_MIN, an unknown congestion control): status counts each refusal with its errno
 // and the connection still opens (the program returns 1 whatever happens).
 func TestLabRefusalsCounted(t *testing.T) {
-	l := labtest.Up(t, verifyLab)
+	l := labtest.Up(t, labtest.HostRouterHost)
 	cg := testCgroup(t)
 	k, err := HostKernel()
 	if err != nil {
@@ -157,7 +157,7 @@ func TestLabRefusalsCounted(t *testing.T) {
 // window: the program skips the TCP_BPF_IW call when snd_cwnd already holds the value (before
 // any data), and must still count the setting as applied on each connection.
 func TestLabInitCwndAtDefaultCounted(t *testing.T) {
-	l := labtest.Up(t, verifyLab)
+	l := labtest.Up(t, labtest.HostRouterHost)
 	cg := testCgroup(t)
 	_, name := applyTest(t, "profiles: {p: {init_cwnd: 10}}\nrules:\n  - {match: {remote_port: 5702}, profile: p}\n  - {match: {local_port: 5702}, profile: p}\n", cg)
 	h2 := labtest.Addr(t, l, "h2", "4")

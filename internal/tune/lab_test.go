@@ -175,16 +175,6 @@ func startHelper(t *testing.T, l *lab.Lab, node, cgroup, mode string, args ...st
 	}
 }
 
-const verifyLab = `
-nodes:
-  h1: {}
-  r1: {kind: router}
-  h2: {}
-links:
-  - endpoints: [h1, r1]
-  - endpoints: [r1, h2]
-`
-
 const verifyPolicy = `
 profiles:
   t:
@@ -265,7 +255,7 @@ func ssFind(t *testing.T, l *lab.Lab, node, filter string) ssConn {
 // requested congestion control, cwnd clamp, rto_min, buffers, MSS and keepalive, on active and
 // passive opens, over IPv4 and IPv6, and that connections no rule selects are untouched.
 func TestLabAppliesSettings(t *testing.T) {
-	l := labtest.Up(t, verifyLab)
+	l := labtest.Up(t, labtest.HostRouterHost)
 	cg := testCgroup(t)
 	_, name := applyTest(t, verifyPolicy, cg)
 	h2v4, h2v6 := labtest.Addr(t, l, "h2", "4"), labtest.Addr(t, l, "h2", "6")
@@ -373,7 +363,7 @@ func TestLabAppliesSettings(t *testing.T) {
 // TestLabReapplySwaps re-applies a changed policy: the attached program stays (same program and
 // link), the generation flips, and new connections get the new values.
 func TestLabReapplySwaps(t *testing.T) {
-	l := labtest.Up(t, verifyLab)
+	l := labtest.Up(t, labtest.HostRouterHost)
 	cg := testCgroup(t)
 	_, name := applyTest(t, verifyPolicy, cg)
 	k, _ := HostKernel()
@@ -444,7 +434,7 @@ func atoi(s string) int {
 // connection) 20 times while connections open continuously: no connection may fall between
 // them (unmatched stays 0), and the program is never detached.
 func TestLabReapplyNoUntunedWindow(t *testing.T) {
-	l := labtest.Up(t, verifyLab)
+	l := labtest.Up(t, labtest.HostRouterHost)
 	cg := testCgroup(t)
 	a := "profiles: {a: {init_cwnd: 12}}\nrules: [{profile: a}]\n"
 	b := "profiles: {b: {init_cwnd: 14, syn_rto: 200ms}, c: {}}\nrules: [{match: {remote: 10.0.0.0/8}, profile: c}, {profile: b}]\n"

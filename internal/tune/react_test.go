@@ -13,7 +13,7 @@ import (
 // on its first retransmission the RETRANS callback (enabled only for this profile) switches it
 // to reno with a clamp of 10, counted in status.
 func TestLabReactsToRetransmissions(t *testing.T) {
-	l := labtest.Up(t, verifyLab)
+	l := labtest.Up(t, labtest.HostRouterHost)
 	testenv.Need(t, "nft")
 	cg := testCgroup(t)
 	_, name := applyTest(t, `
@@ -44,7 +44,7 @@ rules: [{match: {remote_port: 5801}, profile: r}]
 // TestLabReactsToTimeouts blackholes an established connection: after more than one
 // consecutive RTO the RTO callback (enabled only for this profile) switches it to reno.
 func TestLabReactsToTimeouts(t *testing.T) {
-	l := labtest.Up(t, verifyLab)
+	l := labtest.Up(t, labtest.HostRouterHost)
 	testenv.Need(t, "nft")
 	cg := testCgroup(t)
 	_, name := applyTest(t, `

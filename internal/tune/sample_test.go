@@ -13,7 +13,7 @@ import (
 // TestLabSampleArms opens 24 connections under a 50% sampled rule: each connection is tuned
 // exactly when explain's flow hash puts it in the treated arm, and status counts both arms.
 func TestLabSampleArms(t *testing.T) {
-	l := labtest.Up(t, verifyLab)
+	l := labtest.Up(t, labtest.HostRouterHost)
 	cg := testCgroup(t)
 	pol, name := applyTest(t, `
 profiles: {r: {congestion: reno}}
@@ -61,7 +61,7 @@ rules: [{match: {remote_port: 5901, direction: active, sample: 50%}, profile: r}
 // last word of the rule set) and checks the kernel finds it, and that the rule before it in
 // the same word, which matches the address but not the port, is skipped.
 func TestLabManyRules(t *testing.T) {
-	l := labtest.Up(t, verifyLab)
+	l := labtest.Up(t, labtest.HostRouterHost)
 	cg := testCgroup(t)
 	var b strings.Builder
 	b.WriteString("profiles: {r: {congestion: reno}, n: {cwnd_clamp: 3}}\nrules:\n")

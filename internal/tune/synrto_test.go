@@ -174,7 +174,7 @@ func checkRTO(t *testing.T, what string, gaps []time.Duration, want time.Duratio
 // the kernel and h2's address.
 func synRTOLab(t *testing.T) (*lab.Lab, string, Kernel, string) {
 	t.Helper()
-	l := labtest.Up(t, verifyLab)
+	l := labtest.Up(t, labtest.HostRouterHost)
 	testenv.Need(t, "tcpdump", "nft")
 	cg := testCgroup(t)
 	applyTest(t, synRTOPolicy, cg)
