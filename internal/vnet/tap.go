@@ -5,13 +5,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/flowplane/flowplane/internal/ipnet"
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/topo"
 	"github.com/flowplane/flowplane/internal/vnet/link"
@@ -127,14 +127,13 @@ func openTAPIn(netns string, vaddr, laddr netip.Prefix) (*link.TAP, error) {
 		if err != nil {
 			return err
 		}
-		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: &net.IPNet{IP: laddr.Addr().AsSlice(), Mask: net.CIDRMask(laddr.Bits(), 32)}}); err != nil {
+		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipnet.FromPrefix(laddr)}); err != nil {
 			return fmt.Errorf("address %s: %w", laddr, err)
 		}
 		if err := netlink.LinkSetUp(l); err != nil {
 			return err
 		}
-		dst := &net.IPNet{IP: vnetPool.Addr().AsSlice(), Mask: net.CIDRMask(vnetPool.Bits(), 32)}
-		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst, Gw: vaddr.Addr().AsSlice()}); err != nil {
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipnet.FromPrefix(vnetPool), Gw: vaddr.Addr().AsSlice()}); err != nil {
 			return fmt.Errorf("route %v via %v: %w", vnetPool, vaddr.Addr(), err)
 		}
 		return nil

@@ -13,12 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/testenv"
 	"github.com/flowplane/flowplane/internal/topo"
-	"github.com/flowplane/flowplane/internal/vnet/link"
 )
 
 // tapNode puts a TAP device in a fresh namespace (Linux side 198.19.77.1/24) and runs a vnet
@@ -27,24 +24,8 @@ func tapNode(t *testing.T) (string, *Node) {
 	testenv.Privileged(t)
 	testenv.Need(t, "ping")
 	ns := testenv.Netns(t)
-	name := testenv.Name("t")
 	vaddr := netip.MustParsePrefix("198.19.77.2/24")
-	var tap *link.TAP
-	err := nsrun.Do(ns, func() error {
-		var err error
-		if tap, err = link.OpenTAP(name, 1500, vaddr.Addr()); err != nil {
-			return err
-		}
-		l, err := netlink.LinkByName(name)
-		if err != nil {
-			return err
-		}
-		a, _ := netlink.ParseAddr("198.19.77.1/24")
-		if err := netlink.AddrAdd(l, a); err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(l)
-	})
+	tap, err := openTAPIn(ns, vaddr, netip.MustParsePrefix("198.19.77.1/24"))
 	if err != nil {
 		t.Fatalf("tap in %s: %v", ns, err)
 	}
