@@ -16,12 +16,11 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/flowplane/flowplane/bench/report"
 	"github.com/flowplane/flowplane/internal/conntrack"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/nsrun"
@@ -192,7 +191,7 @@ func run(ctx context.Context) error {
 		"udp_64b_rx_pps: hping3 -2 --flood of one UDP flow with 64-byte frames from h1, frames per second arriving at h2 (one sender thread on a shared 2-core VM bounds it)",
 	}
 	printReport(rep)
-	return writeJSON(rep)
+	return report.WriteJSON("conntrack", rep)
 }
 
 func numCPU() int {
@@ -485,23 +484,10 @@ func printReport(r *Report) {
 	}
 }
 
-func writeJSON(r *Report) error {
-	dir := filepath.Join("bench", "results")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "conntrack.json"), append(data, '\n'), 0o644)
-}
-
 func median(rs []Result, f func(Result) float64) float64 {
 	v := make([]float64, len(rs))
 	for i, r := range rs {
 		v[i] = f(r)
 	}
-	sort.Float64s(v)
-	return v[len(v)/2]
+	return report.Median(v)
 }

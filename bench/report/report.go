@@ -63,15 +63,20 @@ func Save(r Result) error {
 	for _, t := range r.Tables {
 		t.Markdown(os.Stdout)
 	}
+	return WriteJSON(r.Name, r)
+}
+
+// WriteJSON writes v to bench/results/<name>.json, for benchmarks that print their own tables.
+func WriteJSON(name string, v any) error {
 	dir := filepath.Join(root(), "bench", "results")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	data, err := json.MarshalIndent(r, "", "  ")
+	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, r.Name+".json"), data, 0o644)
+	return os.WriteFile(filepath.Join(dir, name+".json"), append(data, '\n'), 0o644)
 }
 
 func root() string {

@@ -12,19 +12,18 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/flowplane/flowplane/bench/report"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/topo"
 	"github.com/flowplane/flowplane/internal/vnet"
@@ -47,7 +46,6 @@ var (
 	bigBytes  = flag.Int64("big", 5<<30, "bytes for the wraparound transfer (0 skips it)")
 	conns     = flag.Int("conns", 1000, "concurrent connections")
 	skipLinux = flag.Bool("skip-linux", false, "skip the Linux TCP baseline (needs root and BPF for a kernel lab, and iperf3)")
-	outDir    = flag.String("out", "bench/results", "directory for the JSON results")
 	only      = flag.String("only", "", "comma-separated benchmark name prefixes to run (default all)")
 )
 
@@ -520,15 +518,6 @@ func printTable(rs []result) {
 }
 
 func writeJSON(rs []result) error {
-	if err := os.MkdirAll(*outDir, 0o755); err != nil {
-		return err
-	}
-	path := filepath.Join(*outDir, "vnet.json")
-	data, err := json.MarshalIndent(map[string]any{"benchmark": "vnet", "time": time.Now().UTC(), "gomaxprocs": runtime.GOMAXPROCS(0),
-		"go": runtime.Version(), "results": rs}, "", "  ")
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(os.Stderr, "results:", path)
-	return os.WriteFile(path, data, 0o644)
+	return report.WriteJSON("vnet", map[string]any{"benchmark": "vnet", "time": time.Now().UTC(),
+		"gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version(), "results": rs})
 }
