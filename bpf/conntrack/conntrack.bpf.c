@@ -33,6 +33,8 @@
 
 /* 0: firewall (drop what the policy refuses); 1: track only (never drop). */
 volatile const __u32 track_only = 0;
+/* Length of a jiffy in ns (10^9 / CONFIG_HZ), set by the loader. */
+volatile const __u64 jiffy_ns = 0;
 
 /* key = struct ct_key, value = struct ct_entry: confirmed connections (reply seen) */
 struct {
@@ -116,6 +118,13 @@ const enum ct_role *unused_role __attribute__((unused));
 const enum ct_event_type *unused_event __attribute__((unused));
 const struct ct_event *unused_ev __attribute__((unused));
 
+/* ct_now is the entries' clock: nf_conntrack's jiffies, in ns. bpf_jiffies64 is a plain read;
+ * the ktime helpers cost several times more, per packet. User space reads the same clock. */
+static __always_inline __u64 ct_now(void)
+{
+	return bpf_jiffies64() * jiffy_ns;
+}
+
 /* TCP flag classes (the rows of the state table) are vmlinux.h's enum tcp_bit_set:
  * TCP_SYN_SET, TCP_SYNACK_SET, TCP_FIN_SET, TCP_ACK_SET, TCP_RST_SET, TCP_NONE_SET. */
 
@@ -167,8 +176,10 @@ struct pkt {
 	__u8 tcp_syn;
 	__u8 tcp_ack;
 	__u8 tcp_rst;
+	__u32 sack; /* ack raised to the highest SACK block's end, as nf's tcp_sack */
 	__u8 wscale; /* from a SYN's options */
 	__u8 has_wscale;
+	__u8 sack_perm; /* from a SYN's options */
 	__u8 new_ok; /* may open a connection (TCP SYN, UDP, echo request) */
 };
 
@@ -299,63 +310,104 @@ static __always_inline __u8 tcp_flag_index(const struct tcphdr *th)
 	return TCP_NONE_SET;
 }
 
-/* TCP options of a SYN, copied out of the packet so one global function can parse them. */
+/* Per-CPU room to copy TCP options into, off the stack. */
 struct tcp_opts {
 	__u8 b[40];
 };
 
-/* ct_wscale returns the window scale option among the len bytes of TCP options at offset off of
- * the packet, plus 1, or 0 if there is none. A global function: verified once, whatever the
- * path that reaches it, and its copy of the options lives in its own stack frame. */
-__attribute__((noinline)) int ct_wscale(struct xdp_md *ctx, __u32 off, __u32 len)
-{
-	struct tcp_opts o;
-	__u32 i_off = 0;
+/* key = 0, value = struct tcp_opts */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tcp_opts);
+	__uint(max_entries, 1);
+} ct_opts_scratch SEC(".maps");
 
-	if (!ctx || len == 0 || len > sizeof(o.b) || off > 0xffff)
+/* ct_sack_blocks raises p->sack to the highest right edge of the n SACK blocks at o->b[at]
+ * (nf's tcp_sack). A global function, so the option loop stays cheap to verify. */
+__attribute__((noinline)) int ct_sack_blocks(struct tcp_opts *o, __u32 at, __u32 n, struct pkt *p)
+{
+	if (!o || !p || at >= sizeof(o->b))
+		return 0;
+	for (int k = 0; k < 4; k++) {
+		__u32 edge, off = (at + k * 8 + 4) & 63;
+
+		if (k >= n || off > sizeof(o->b) - 4)
+			break;
+		edge = (__u32)o->b[off] << 24 | (__u32)o->b[off + 1] << 16 |
+		       (__u32)o->b[off + 2] << 8 | o->b[off + 3];
+		if (after(edge, p->sack))
+			p->sack = edge;
+	}
+	return 0;
+}
+
+/* ct_tcp_options reads the len bytes of TCP options at offset off of the packet into p: a SYN's
+ * window scale and SACK permission, any segment's SACK blocks (p->sack). first is the options'
+ * first word: the usual options of an established segment (NOP, NOP, timestamp) need no parse.
+ * A global function: verified once, whatever the path that reaches it. Malformed options end
+ * the parse, as in nf. */
+__attribute__((noinline)) int ct_tcp_options(struct xdp_md *ctx, __u32 off, __u32 len, __u32 first,
+					     struct pkt *p)
+{
+	struct tcp_opts *o;
+	__u32 i_off = 0, zero = 0;
+
+	if (!ctx || !p || len == 0 || len > sizeof(o->b) || off > 0xffff)
+		return 0;
+	if (!p->tcp_syn && len == 12 && first == bpf_htonl(0x0101080a))
+		return 0;
+	o = bpf_map_lookup_elem(&ct_opts_scratch, &zero);
+	if (!o)
 		return 0;
 	asm volatile("" : "+r"(len)); /* keep the checked copy for the verifier */
-	if (len < 1 || len > sizeof(o.b))
+	if (len < 1 || len > sizeof(o->b))
 		return 0;
-	if (bpf_xdp_load_bytes(ctx, off, o.b, len) < 0)
+	if (bpf_xdp_load_bytes(ctx, off, o->b, len) < 0)
 		return 0;
-	for (int i = 0; i < 40; i++) {
-		__u8 kind, olen;
+	/* Bounded by i_off, which grows every round: states with the same i_off prune. */
+	while (i_off < len && i_off < sizeof(o->b) - 1) {
+		__u8 kind = o->b[i_off], olen;
 
-		if (i_off >= len || i_off >= 39)
-			return 0;
-		kind = o.b[i_off];
 		if (kind == 0)
 			return 0;
 		if (kind == 1) {
 			i_off++;
 			continue;
 		}
-		olen = o.b[i_off + 1];
-		if (olen < 2)
+		olen = o->b[i_off + 1];
+		if (olen < 2 || i_off + olen > len)
 			return 0;
 		if (kind == 3 && olen == 3) {
-			if (i_off + 2 >= len || i_off + 2 >= 40)
+			__u8 ws;
+
+			if (i_off + 2 >= sizeof(o->b))
 				return 0;
-			return (o.b[i_off + 2] > 14 ? 14 : o.b[i_off + 2]) + 1;
+			ws = o->b[i_off + 2];
+			p->has_wscale = 1;
+			p->wscale = ws > 14 ? 14 : ws;
+		} else if (kind == 4 && olen == 2) {
+			p->sack_perm = 1;
+		} else if (kind == 5 && olen >= 10 && (olen - 2) % 8 == 0) {
+			ct_sack_blocks(o, i_off + 2, (olen - 2) / 8, p);
 		}
 		i_off += olen;
 	}
 	return 0;
 }
 
-/* tcp_options finds the window scale option of a SYN. */
-static __always_inline void tcp_options(struct xdp_md *ctx, struct pkt *p, struct tcphdr *th)
+/* tcp_options fills p from th's options (see ct_tcp_options). */
+static __always_inline void tcp_options(struct xdp_md *ctx, struct hdr_cursor *c, struct pkt *p,
+					struct tcphdr *th)
 {
-	__u32 len = th->doff * 4 - sizeof(*th);
-	__u32 off = (void *)(th + 1) - (void *)(long)ctx->data;
-	int ws;
+	__be32 *first = (void *)(th + 1);
+	__u32 word = 0;
 
-	ws = ct_wscale(ctx, off, len);
-	if (ws > 0) {
-		p->has_wscale = 1;
-		p->wscale = ws - 1;
-	}
+	p->sack = p->ack;
+	if ((void *)(first + 1) <= c->end)
+		word = *first;
+	ct_tcp_options(ctx, (void *)first - (void *)(long)ctx->data, th->doff * 4 - sizeof(*th),
+		       word, p);
 }
 
 /* tcp_init_sender sets a direction's window state from its SYN (or SYN-ACK). */
@@ -365,7 +417,7 @@ static __always_inline void tcp_init_sender(struct ct_tcp_dir *s, struct pkt *p)
 	s->td_maxend = p->end;
 	s->td_maxwin = p->win ? p->win : 1;
 	s->td_scale = p->has_wscale ? p->wscale : 0;
-	s->flags = p->has_wscale ? CT_TCP_F_WSCALE : 0;
+	s->flags = (p->has_wscale ? CT_TCP_F_WSCALE : 0) | (p->sack_perm ? CT_TCP_F_SACK_PERM : 0);
 }
 
 /* Results of tcp_in_window, as nf's enum nf_ct_tcp_action. */
@@ -419,13 +471,14 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 		tcp_init_sender(sender, p);
 	}
 
+	/* nf reads SACK blocks only towards a receiver that permitted them. */
+	sack = (receiver->flags & CT_TCP_F_SACK_PERM) ? p->sack : ack;
 	if (!p->tcp_ack)
-		ack = receiver->td_end;
+		ack = sack = receiver->td_end;
 	else if (ack == 0 && p->tcp_rst)
-		ack = receiver->td_end; /* broken stacks send RST with ACK 0 */
+		ack = sack = receiver->td_end; /* broken stacks send RST with ACK 0 */
 	if (p->tcp_rst && seq == 0 && state == CT_TCP_SYN_SENT)
 		seq = end = sender->td_end; /* RST answering a SYN */
-	sack = ack;
 
 	maxack = sender->td_maxwin > MAXACKWINCONST ? sender->td_maxwin : MAXACKWINCONST;
 	be_liberal = liberal || (sender->flags & CT_TCP_F_BE_LIBERAL);
@@ -568,6 +621,18 @@ static __always_inline __u32 entry_timeout_slot(__u8 proto, __u32 state, __u32 s
 	return CT_TO_ICMP;
 }
 
+/* destroy deletes key's entry e from map and reports it on ct_events; of several CPUs deleting
+ * one entry, only the one whose delete succeeds reports it. Returns 1 if this call removed it. */
+static __always_inline int destroy(void *map, struct ct_key *key, struct ct_entry *e)
+{
+	__u32 status = e->status, state = e->state; /* e may be reused once deleted */
+
+	if (bpf_map_delete_elem(map, key))
+		return 0;
+	emit(key, CT_EVENT_DESTROY, status, state);
+	return 1;
+}
+
 /* lookup finds the live entry of key in the confirmed table, then the unconfirmed one. An
  * expired entry is removed and never returned. main is the confirmed table's entry for key if
  * the caller already looked it up (looked != 0), so the hot path hashes the key once. */
@@ -580,8 +645,8 @@ static __always_inline struct ct_entry *lookup(struct ct_key *key, __u64 now, in
 	if (e) {
 		if (e->expires > now)
 			return e;
-		bpf_map_delete_elem(&ct_main, key);
-		fp_count(&ct_stats, CT_STAT_EXPIRED);
+		if (destroy(&ct_main, key, e))
+			fp_count(&ct_stats, CT_STAT_EXPIRED);
 		return NULL;
 	}
 	*confirmed = 0;
@@ -589,8 +654,8 @@ static __always_inline struct ct_entry *lookup(struct ct_key *key, __u64 now, in
 	if (e) {
 		if (e->expires > now)
 			return e;
-		bpf_map_delete_elem(&ct_emb, key);
-		fp_count(&ct_stats, CT_STAT_EXPIRED);
+		if (destroy(&ct_emb, key, e))
+			fp_count(&ct_stats, CT_STAT_EXPIRED);
 	}
 	return NULL;
 }
@@ -657,10 +722,11 @@ static __always_inline int confirm(struct pkt *p, struct ct_entry *e)
 }
 
 /* related handles an ICMP(v6) error: allowed only if the header it quotes belongs to a tracked
- * connection. c points after the 8-byte ICMP header. */
-static __always_inline int related_at(struct hdr_cursor *c, __u8 family, __u64 now)
+ * connection. c points after the 8-byte ICMP header; p's key is rebuilt for the quoted packet
+ * (the error itself has no key of its own). */
+static __always_inline int related_at(struct hdr_cursor *c, struct pkt *inner, __u8 family,
+				      __u64 now)
 {
-	struct pkt inner = {};
 	__u32 src[4] = {}, dst[4] = {};
 	__u16 sport, dport;
 	__u8 proto;
@@ -697,8 +763,8 @@ static __always_inline int related_at(struct hdr_cursor *c, __u8 family, __u64 n
 	} else {
 		return CT_STAT_INV_ICMP;
 	}
-	make_key(&inner, family, proto, src, dst, sport, dport);
-	if (!lookup(&inner.key, now, &confirmed, NULL, 0))
+	make_key(inner, family, proto, src, dst, sport, dport);
+	if (!lookup(&inner->key, now, &confirmed, NULL, 0))
 		return CT_STAT_INV_ICMP;
 	fp_count(&ct_stats, CT_STAT_RELATED);
 	return 0;
@@ -750,8 +816,7 @@ static __always_inline int track(struct xdp_md *ctx, struct hdr_cursor *c, struc
 		p->tcp_rst = th->rst;
 		p->end = p->seq + plen + th->syn + th->fin;
 		p->tcp_index = tcp_flag_index(th);
-		if (th->syn)
-			tcp_options(ctx, p, th);
+		tcp_options(ctx, c, p, th);
 		p->new_ok = p->tcp_index == TCP_SYN_SET ||
 			    (p->tcp_index == TCP_ACK_SET && cfg && cfg->loose);
 	} else if (l4proto == IPPROTO_UDP) {
@@ -789,7 +854,7 @@ static __always_inline int track(struct xdp_md *ctx, struct hdr_cursor *c, struc
 			     type == ICMP_PARAMETERPROB)) ||
 			   (family == 6 && type >= 1 && type <= 4)) {
 			c->pos = ih + 8;
-			reason = related_at(c, family, now);
+			reason = related_at(c, p, family, now);
 			if (reason) {
 				fp_count(&ct_stats, reason);
 				return V_DROP;
@@ -834,9 +899,7 @@ static __always_inline int track(struct xdp_md *ctx, struct hdr_cursor *c, struc
 			return V_ALLOW; /* nf's NFCT_TCP_IGNORE: passes, no refresh */
 		}
 		if (reason < 0) {
-			emit(&p->key, CT_EVENT_DESTROY, e->status, e->state);
-			bpf_map_delete_elem(confirmed ? (void *)&ct_main : (void *)&ct_emb,
-					    &p->key);
+			destroy(confirmed ? (void *)&ct_main : (void *)&ct_emb, &p->key, e);
 			goto open;
 		}
 		if (reason) {
@@ -976,7 +1039,7 @@ int conntrack_xdp(struct xdp_md *ctx)
 	if (l4off > 0xffff)
 		return pass();
 
-	now = bpf_ktime_get_coarse_ns();
+	now = ct_now();
 	rc = route_lookup(ctx, &c, &p, &fib, family, l4, src, dst, now, &main, &looked);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return pass(); /* for this host, unroutable, too big, ...: the kernel's job */
@@ -998,6 +1061,43 @@ int conntrack_xdp(struct xdp_md *ctx)
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
 	fp_count(&ct_stats, CT_STAT_FORWARDED);
 	return XDP_REDIRECT;
+}
+
+/* ct_sweep_key removes key's entry from ct_main (table 0) or ct_emb if it has expired by now.
+ * Returns 1 if it did. A global function: ct_sweep's unrolled loop calls it. */
+__attribute__((noinline)) int ct_sweep_key(struct ct_key *key, __u32 table, __u64 now)
+{
+	void *map = table ? (void *)&ct_emb : (void *)&ct_main;
+	struct ct_entry *e;
+
+	if (!key)
+		return 0;
+	e = bpf_map_lookup_elem(map, key);
+	if (!e || e->expires > now)
+		return 0;
+	return destroy(map, key, e);
+}
+
+/* ct_sweep removes the batch's keys whose entries have expired, with DESTROY events: user space
+ * finds candidates in a dump, this decides with the data path's own clock and delete. */
+SEC("syscall")
+int ct_sweep(struct ct_sweep_batch *b)
+{
+	__u32 count = b->count, table = b->table, removed = 0;
+	__u64 now = ct_now();
+	struct ct_key key;
+
+	/* Unrolled: a syscall program reads its context at constant offsets only. */
+#pragma unroll
+	for (int i = 0; i < CT_SWEEP_BATCH; i++) {
+		if (i < count) {
+			__builtin_memcpy(&key, &b->keys[i], sizeof(key));
+			removed += ct_sweep_key(&key, table, now);
+		}
+	}
+	b->removed = removed;
+	fp_count_n(&ct_stats, CT_STAT_SWEPT, removed);
+	return 0;
 }
 
 char _license[] SEC("license") = "Dual BSD/GPL";

@@ -72,6 +72,7 @@ enum ct_event_type {
 
 /* TCP per-direction flags (ct_tcp_dir.flags), as nf's IP_CT_TCP_FLAG_*. */
 #define CT_TCP_F_WSCALE	    0x01
+#define CT_TCP_F_SACK_PERM  0x04
 #define CT_TCP_F_BE_LIBERAL 0x08 /* no window checks: a connection picked up mid-stream */
 #define CT_TCP_F_MAXACK_SET 0x20
 
@@ -101,7 +102,7 @@ struct ct_tcp_dir {
 
 /* The FIB result for one direction of a confirmed connection, reused for up to a second. */
 struct ct_route {
-	__u64 checked; /* CLOCK_MONOTONIC_COARSE ns of the lookup; 0: none */
+	__u64 checked; /* ct_now() of the lookup; 0: none */
 	__u32 ifindex; /* egress interface */
 	__u32 ingress; /* the ingress interface it was looked up for */
 	__u16 len_ok;  /* the L3 length whose MTU check passed */
@@ -112,8 +113,8 @@ struct ct_route {
 
 /* One connection. Index 0 of the arrays is the original direction, 1 the reply. */
 struct ct_entry {
-	__u64 expires;		  /* CLOCK_MONOTONIC_COARSE ns after which the entry is dead */
-	__u64 created;		  /* CLOCK_MONOTONIC_COARSE ns at creation */
+	__u64 expires;		  /* ct_now() after which the entry is dead */
+	__u64 created;		  /* ct_now() at creation */
 	__u64 packets[2];	  /* per direction */
 	__u64 bytes[2];		  /* per direction, L3 bytes */
 	struct ct_route route[2]; /* per direction, set for confirmed entries */
@@ -142,6 +143,16 @@ struct ct_port_key {
 struct ct_lpm_key {
 	__u32 prefixlen;
 	__u8 addr[16];
+};
+
+/* Context of ct_sweep, run by user space with BPF_PROG_RUN: candidate keys in, count out. */
+#define CT_SWEEP_BATCH 32
+struct ct_sweep_batch {
+	struct ct_key keys[CT_SWEEP_BATCH];
+	__u32 count;   /* keys in use */
+	__u32 table;   /* 0: ct_main, 1: ct_emb */
+	__u32 removed; /* out: entries found expired and removed */
+	__u32 pad;
 };
 
 /* Record sent on ct_events. */

@@ -87,6 +87,13 @@ func load(cfg *resolved, dir string, pinned bool) (*Datapath, error) {
 	if err := spec.Variables["track_only"].Set(boolU32(cfg.trackOnly)); err != nil {
 		return nil, fmt.Errorf("set mode: %w", err)
 	}
+	jns, err := jiffyNs()
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["jiffy_ns"].Set(jns); err != nil {
+		return nil, fmt.Errorf("set jiffy length: %w", err)
+	}
 	spec.Maps["ct_main"].MaxEntries = cfg.confirmed
 	spec.Maps["ct_emb"].MaxEntries = cfg.embryonic
 	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
@@ -141,9 +148,10 @@ func boolU32(b bool) uint32 {
 // Program is the XDP program (tests run it with BPF_PROG_TEST_RUN).
 func (d *Datapath) Program() *ebpf.Program { return d.objs.ConntrackXdp }
 
-// Tables returns the confirmed and unconfirmed connection maps.
+// Tables returns the program's maps, with the sweep program.
 func (d *Datapath) Tables() *Tables {
-	return &Tables{Main: d.objs.CtMain, Emb: d.objs.CtEmb, Stats: d.objs.CtStats, Settings: d.objs.CtSettings, Events: d.objs.CtEvents}
+	return &Tables{Main: d.objs.CtMain, Emb: d.objs.CtEmb, Stats: d.objs.CtStats, Settings: d.objs.CtSettings, Events: d.objs.CtEvents,
+		sweep: d.objs.CtSweep}
 }
 
 // SetSettings writes timeouts (seconds per slot) and the TCP options.

@@ -190,6 +190,37 @@ func TestTCPWindowEdges(t *testing.T) {
 	}
 }
 
+// TestTCPSACK: SACK blocks count as acknowledgements in check (III), as nf's tcp_sack, but only
+// towards a receiver that permitted SACK in its SYN.
+func TestTCPSACK(t *testing.T) {
+	ci, si := uint32(1000), uint32(5000)
+	for _, permitted := range []bool{true, false} {
+		t.Run(fmt.Sprintf("permitted=%v", permitted), func(t *testing.T) {
+			f := newFixture(t, nil)
+			syn := packet.IP(inHost, outHost).TCP(40000, 80, "S").Seq(ci)
+			synack := packet.IP(outHost, inHost).TCP(80, 40000, "SA").Seq(si).Ack(ci + 1)
+			if permitted {
+				syn, synack = syn.SACKPermitted(), synack.SACKPermitted()
+			}
+			sack := func(left, right uint32) []byte {
+				return packet.IP(outHost, inHost).TCP(80, 40000, "A").Seq(si+1).Ack(ci+1).SACK(left, right).Bytes()
+			}
+			beyond := step{name: "sack block beyond the data sent", frame: sack(ci+1+500, ci+1+5000), out: true, ret: xdpDrop, state: "ESTABLISHED", count: "invalid_window"}
+			if !permitted {
+				beyond.name, beyond.ret, beyond.count = "sack block ignored without permission", xdpRedirect, ""
+			}
+			f.script(t, []step{
+				{name: "syn", frame: syn.Bytes(), ret: xdpRedirect, state: "SYN_SENT"},
+				{name: "synack", frame: synack.Bytes(), out: true, ret: xdpRedirect, state: "SYN_RECV"},
+				{name: "ack", frame: tcp(true, "A", ci+1, si+1, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+				{name: "data", frame: tcp(true, "PA", ci+1, si+1, 1000), ret: xdpRedirect, state: "ESTABLISHED"},
+				{name: "sack block within the data sent", frame: sack(ci+1+500, ci+1+1000), out: true, ret: xdpRedirect, state: "ESTABLISHED"},
+				beyond,
+			})
+		})
+	}
+}
+
 func TestTCPLiberal(t *testing.T) {
 	f := newFixture(t, &Config{Liberal: true})
 	ci, si := uint32(1000), uint32(5000)

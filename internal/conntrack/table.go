@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 )
 
 // Tables are the maps user space reads and changes: the program's, or pinned ones.
 type Tables struct {
 	Main, Emb, Stats, Settings, Events *ebpf.Map
+
+	sweep *ebpf.Program // ct_sweep; only with the program's own maps
 }
 
 // OpenPinned opens the tables of the calling thread's namespace's instance.
@@ -93,13 +94,6 @@ func protoName(p uint8, family uint8) string {
 	return fmt.Sprint(p)
 }
 
-// monotonicNow is CLOCK_MONOTONIC_COARSE, the clock of the entries' expiry times (bpf_ktime_get_coarse_ns).
-func monotonicNow() uint64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts)
-	return uint64(ts.Nano())
-}
-
 func toEntry(k ctCtKey, v ctCtEntry, confirmed bool, now uint64) Entry {
 	e := Entry{Proto: protoName(k.Proto, k.Family), Confirmed: confirmed, key: k, raw: v,
 		Packets: v.Packets, Bytes: v.Bytes,
@@ -139,7 +133,10 @@ const (
 
 // List returns every live entry of both tables, confirmed first, each table sorted.
 func (t *Tables) List() ([]Entry, error) {
-	now := monotonicNow()
+	now, err := clockNow()
+	if err != nil {
+		return nil, err
+	}
 	var out []Entry
 	for _, tb := range []struct {
 		m         *ebpf.Map
@@ -246,11 +243,18 @@ func deleteKeys(m *ebpf.Map, keys []ctCtKey) (int, error) {
 }
 
 // Sweep removes expired entries from both tables and returns how many it removed and how many
-// live ones it saw. Each candidate is looked up again just before it is deleted, so an entry
-// refreshed since the dump survives.
+// live ones it saw. The dump only finds candidates: ct_sweep decides each with the data path's
+// clock, so an entry refreshed since the dump survives, and reports what it removes on the
+// event ring like the data path does.
 func (t *Tables) Sweep() (removed, live int, err error) {
-	for _, m := range []*ebpf.Map{t.Main, t.Emb} {
-		now := monotonicNow()
+	if t.sweep == nil {
+		return 0, 0, errors.New("sweep needs the loaded program, not only pinned tables")
+	}
+	for table, m := range []*ebpf.Map{t.Main, t.Emb} {
+		now, err := clockNow()
+		if err != nil {
+			return removed, live, err
+		}
 		var expired []ctCtKey
 		if err := dump(m, func(k ctCtKey, v ctCtEntry) {
 			if v.Expires <= now {
@@ -261,39 +265,17 @@ func (t *Tables) Sweep() (removed, live int, err error) {
 		}); err != nil {
 			return removed, live, err
 		}
-		now = monotonicNow()
-		still := expired[:0]
-		for _, k := range expired {
-			var v ctCtEntry
-			if m.Lookup(&k, &v) == nil && v.Expires <= now {
-				still = append(still, k)
+		for len(expired) > 0 {
+			b := ctCtSweepBatch{Table: uint32(table)}
+			b.Count = uint32(copy(b.Keys[:], expired))
+			expired = expired[b.Count:]
+			if _, err := t.sweep.Run(&ebpf.RunOptions{Context: b, ContextOut: &b}); err != nil {
+				return removed, live, fmt.Errorf("sweep: %w", err)
 			}
-		}
-		n, err := deleteKeys(m, still)
-		removed += n
-		if err != nil {
-			return removed, live, err
-		}
-	}
-	if removed > 0 {
-		if err := t.addSwept(uint64(removed)); err != nil {
-			return removed, live, err
+			removed += int(b.Removed)
 		}
 	}
 	return removed, live, nil
-}
-
-func (t *Tables) addSwept(n uint64) error {
-	var perCPU []uint64
-	key := uint32(ctCtStatCT_STAT_SWEPT)
-	if err := t.Stats.Lookup(key, &perCPU); err != nil {
-		return fmt.Errorf("read swept counter: %w", err)
-	}
-	perCPU[0] += n // only user space writes this slot
-	if err := t.Stats.Put(key, perCPU); err != nil {
-		return fmt.Errorf("write swept counter: %w", err)
-	}
-	return nil
 }
 
 // Counters are the program's per-CPU counters summed over CPUs, by name.

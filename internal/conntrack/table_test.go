@@ -2,6 +2,7 @@ package conntrack
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,7 +14,10 @@ import (
 // expire moves every entry's expiry into the past, as if its timeout had run out.
 func (f *fixture) expire() {
 	f.t.Helper()
-	now := monotonicNow()
+	now, err := clockNow()
+	if err != nil {
+		f.t.Fatal(err)
+	}
 	for _, m := range []*Tables{f.tables} {
 		for _, e := range f.entries() {
 			v := e.raw
@@ -140,15 +144,22 @@ func TestEvents(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	evs := make(chan Event, 16)
+	evs := make(chan Event, 32)
 	done := make(chan error, 1)
 	go func() { done <- Events(ctx, f.tables, func(e Event) { evs <- e }) }()
 	f.run(tcpOpen(true, "S", 1, 0), f.in.Index)
 	f.run(tcp(true, "FA", 2, 0, 0), f.in.Index) // refused: no event
 	f.run(tcpOpen(false, "RA", 0, 2), f.out.Index)
 	f.run(tcpOpen(true, "S", 100, 0), f.in.Index) // reopens the closed connection
+	f.run(udp(true, 5000, 53), f.in.Index)
+	f.run(udp(true, 5001, 53), f.in.Index)
+	f.expire()
+	f.run(udp(true, 5000, 53), f.in.Index) // finds its entry expired: DESTROY, then NEW
+	if removed, _, err := f.tables.Sweep(); err != nil || removed != 2 {
+		t.Fatalf("sweep removed %d (%v), want the TCP and the other UDP entry", removed, err)
+	}
 	var got []string
-	for len(got) < 3 {
+	for len(got) < 9 {
 		select {
 		case e := <-evs:
 			got = append(got, e.Type+" "+e.State+" "+e.Orig.String(e.Proto))
@@ -157,7 +168,11 @@ func TestEvents(t *testing.T) {
 		}
 	}
 	orig := "src=198.18.1.10 dst=198.18.2.10 sport=40000 dport=80"
-	want := []string{"NEW SYN_SENT " + orig, "DESTROY CLOSE " + orig, "NEW SYN_SENT " + orig}
+	u0, u1 := "src=198.18.1.10 dst=198.18.2.10 sport=5000 dport=53", "src=198.18.1.10 dst=198.18.2.10 sport=5001 dport=53"
+	want := []string{"NEW SYN_SENT " + orig, "DESTROY CLOSE " + orig, "NEW SYN_SENT " + orig,
+		"NEW  " + u0, "NEW  " + u1, "DESTROY  " + u0, "NEW  " + u0,
+		"DESTROY  " + u1, "DESTROY SYN_SENT " + orig} // the sweep, in hash order
+	slices.Sort(got[7:])
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("events\n%q\nwant\n%q", got, want)
 	}

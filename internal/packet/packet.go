@@ -5,6 +5,7 @@
 package packet
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
@@ -119,6 +120,15 @@ func (b *Builder) WScale(shift uint8) *Builder {
 	return b.option(layers.TCPOptionKindWindowScale, []byte{shift})
 }
 func (b *Builder) SACKPermitted() *Builder { return b.option(layers.TCPOptionKindSACKPermitted, nil) }
+
+// SACK appends a SACK option with the blocks given as left, right edge pairs.
+func (b *Builder) SACK(edges ...uint32) *Builder {
+	data := make([]byte, 0, 4*len(edges))
+	for _, e := range edges {
+		data = binary.BigEndian.AppendUint32(data, e)
+	}
+	return b.option(layers.TCPOptionKindSACK, data)
+}
 
 func (b *Builder) option(kind layers.TCPOptionKind, data []byte) *Builder {
 	b.tcp.Options = append(b.tcp.Options, layers.TCPOption{OptionType: kind, OptionLength: uint8(2 + len(data)), OptionData: data})
