@@ -176,11 +176,11 @@ struct pkt {
 	__u8 tcp_syn;
 	__u8 tcp_ack;
 	__u8 tcp_rst;
-	__u32 sack; /* ack raised to the highest SACK block's end, as nf's tcp_sack */
+	__u32 sack;  /* ack raised to the highest SACK block's end, as nf's tcp_sack */
 	__u8 wscale; /* from a SYN's options */
 	__u8 has_wscale;
 	__u8 sack_perm; /* from a SYN's options */
-	__u8 new_ok; /* may open a connection (TCP SYN, UDP, echo request) */
+	__u8 new_ok;	/* may open a connection (TCP SYN, UDP, echo request) */
 };
 
 enum verdict {
