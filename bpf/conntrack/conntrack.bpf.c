@@ -721,11 +721,43 @@ static __always_inline int confirm(struct pkt *p, struct ct_entry *e)
 	return V_DROP;
 }
 
+/* ct_ipv6_skip_ext skips the extension headers of the IPv6 packet quoted by an ICMPv6 error,
+ * starting with header type next at offset off. Returns the upper-layer offset << 8 | protocol,
+ * or -1 for a fragment (a later one has no ports to match), too many headers or a truncated
+ * one. A global function, so the rare error path costs the main program no verifier states. */
+__attribute__((noinline)) int ct_ipv6_skip_ext(struct xdp_md *ctx, __u32 off, __u32 next)
+{
+	struct ipv6_opt_hdr_ oh;
+
+	if (!ctx)
+		return -1;
+	for (int i = 0; i < FP_IPV6_EXT_MAX; i++) {
+		if (off > 0xfff)
+			return -1;
+		switch (next) {
+		case NEXTHDR_HOP:
+		case NEXTHDR_ROUTING:
+		case NEXTHDR_DEST:
+		case NEXTHDR_AUTH:
+			if (bpf_xdp_load_bytes(ctx, off, &oh, sizeof(oh)) < 0)
+				return -1;
+			off += next == NEXTHDR_AUTH ? (oh.hdrlen + 2) * 4 : (oh.hdrlen + 1) * 8;
+			next = oh.nexthdr;
+			break;
+		case NEXTHDR_FRAGMENT:
+			return -1;
+		default:
+			return off << 8 | (next & 0xff);
+		}
+	}
+	return -1;
+}
+
 /* related handles an ICMP(v6) error: allowed only if the header it quotes belongs to a tracked
  * connection. c points after the 8-byte ICMP header; p's key is rebuilt for the quoted packet
  * (the error itself has no key of its own). */
-static __always_inline int related_at(struct hdr_cursor *c, struct pkt *inner, __u8 family,
-				      __u64 now)
+static __always_inline int related_at(struct xdp_md *ctx, struct hdr_cursor *c, struct pkt *inner,
+				      __u8 family, __u64 now)
 {
 	__u32 src[4] = {}, dst[4] = {};
 	__u16 sport, dport;
@@ -744,13 +776,18 @@ static __always_inline int related_at(struct hdr_cursor *c, struct pkt *inner, _
 		l4 = c->pos + iph->ihl * 4;
 	} else {
 		struct ipv6hdr *ip6 = c->pos;
+		void *data = (void *)(long)ctx->data;
+		int at;
 
 		if ((void *)(ip6 + 1) > c->end || ip6->version != 6)
 			return CT_STAT_INV_ICMP;
-		proto = ip6->nexthdr;
+		at = ct_ipv6_skip_ext(ctx, (void *)(ip6 + 1) - data, ip6->nexthdr);
+		if (at < 0)
+			return CT_STAT_INV_ICMP;
+		proto = at & 0xff;
 		__builtin_memcpy(src, &ip6->saddr, 16);
 		__builtin_memcpy(dst, &ip6->daddr, 16);
-		l4 = (void *)(ip6 + 1);
+		l4 = data + ((at >> 8) & 0xfff);
 	}
 	if ((void *)(l4 + 8) > c->end)
 		return CT_STAT_INV_ICMP;
@@ -854,7 +891,7 @@ static __always_inline int track(struct xdp_md *ctx, struct hdr_cursor *c, struc
 			     type == ICMP_PARAMETERPROB)) ||
 			   (family == 6 && type >= 1 && type <= 4)) {
 			c->pos = ih + 8;
-			reason = related_at(c, p, family, now);
+			reason = related_at(ctx, c, p, family, now);
 			if (reason) {
 				fp_count(&ct_stats, reason);
 				return V_DROP;

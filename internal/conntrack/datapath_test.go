@@ -339,6 +339,9 @@ func TestIPv6(t *testing.T) {
 		return packet.IP(outHost6, inHost6).TCP(443, 40000, flags).Seq(seq).Ack(ack)
 	}
 	quoted := packet.IP(inHost6, outHost6).UDP(5000, 53).IPBytes()
+	quotedExt := packet.IP(inHost6, outHost6).IPv6Ext(layers.IPProtocolIPv6HopByHop, []byte{1, 4, 0, 0, 0, 0}).IPv6Ext(layers.IPProtocolIPv6Routing, nil).UDP(5000, 53).IPBytes()
+	quotedFrag := packet.IP(inHost6, outHost6).IPv6Ext(layers.IPProtocolIPv6Fragment, []byte{0, 0, 0, 0, 0, 1}).UDP(5000, 53).IPBytes()
+	otherExt := packet.IP(inHost6, outHost6).IPv6Ext(layers.IPProtocolIPv6Destination, nil).UDP(5001, 53).IPBytes()
 	f.script(t, []step{
 		{name: "unsolicited outside", frame: s2c("S", si, 0).Bytes(), out: true, ret: xdpDrop, state: "-", count: "policy_drop"},
 		{name: "syn with hop-by-hop and dest options", frame: packet.IP(inHost6, outHost6).IPv6Ext(layers.IPProtocolIPv6HopByHop, []byte{1, 4, 0, 0, 0, 0}).IPv6Ext(layers.IPProtocolIPv6Destination, nil).TCP(40000, 443, "S").Seq(ci).WScale(7).Bytes(), ret: xdpRedirect, state: "SYN_SENT"},
@@ -350,6 +353,9 @@ func TestIPv6(t *testing.T) {
 		{name: "echo reply", frame: packet.IP(outHost6, inHost6).Echo(9, 1, true).Bytes(), out: true, ret: xdpRedirect, count: "established"},
 		{name: "udp", frame: packet.IP(inHost6, outHost6).UDP(5000, 53).Bytes(), ret: xdpRedirect, count: "new"},
 		{name: "icmpv6 unreachable related", frame: packet.IP(outHost6, inHost6).ICMPError(1, 4, quoted).Bytes(), out: true, ret: xdpRedirect, count: "related"},
+		{name: "quoting a packet with extension headers", frame: packet.IP(outHost6, inHost6).ICMPError(1, 4, quotedExt).Bytes(), out: true, ret: xdpRedirect, count: "related"},
+		{name: "quoting a fragment", frame: packet.IP(outHost6, inHost6).ICMPError(1, 4, quotedFrag).Bytes(), out: true, ret: xdpDrop, count: "invalid_icmp"},
+		{name: "quoting an unknown flow behind extension headers", frame: packet.IP(outHost6, inHost6).ICMPError(1, 4, otherExt).Bytes(), out: true, ret: xdpDrop, count: "invalid_icmp"},
 	})
 	es := f.entries()
 	if len(es) != 3 {
