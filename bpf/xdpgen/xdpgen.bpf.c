@@ -38,8 +38,8 @@ volatile const __u32 addr_count = 0;  /* addresses: template's, +1, … +addr_co
 volatile const __u32 ip_csum_off = 0; /* IPv4 header checksum (0 for IPv6) */
 volatile const __u32 seq_off = 0;     /* TCP sequence number: template's + frame index */
 
-/* Index of the next frame, shared by every CPU (a sender may migrate between runs); user space
- * may set a start. */
+/* Index of the next frame, shared by every CPU (a sender may migrate between runs); Go sets
+ * where it starts. */
 __u64 next_frame = 0;
 
 /* key = enum xdpgen_stat, value = per-CPU frame count */

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -46,11 +47,17 @@ type Config struct {
 	SrcAddrs int
 	// Seq sets each TCP frame's sequence number to the template's plus the frame's index.
 	Seq bool
+	// First is the index of the first frame (0 by default): a run that continues another one's
+	// rotation starts where that one ended.
+	First uint64
 	// Batch is how many frames the kernel prepares and flushes at once (1–256, default 64).
 	Batch int
+	// Progress, if set, is kept at the number of frames sent so far, updated after every kernel
+	// call (at full speed every ~20 ms), to measure over a window of a run.
+	Progress *atomic.Uint64
 }
 
-// Ending without a Count, a Duration or a context that ends is refused: it would never stop.
+// errUnbounded refuses a run with no Count, no Duration and a context that never ends.
 var errUnbounded = errors.New("xdpgen: no Count, no Duration and a context without deadline or cancel: the run would never end")
 
 func (c *Config) validate() (layout, error) {
@@ -172,6 +179,7 @@ func load(cfg *Config, l layout) (*generator, error) {
 		"tx_ifindex": uint32(cfg.Ifindex),
 		"head_len":   l.headLen,
 		"head":       head,
+		"next_frame": cfg.First,
 	}
 	if cfg.SrcPorts > 1 || cfg.SrcAddrs > 1 || cfg.Seq {
 		vars["l4_csum_off"] = l.l4Csum
@@ -202,7 +210,7 @@ func load(cfg *Config, l layout) (*generator, error) {
 }
 
 const (
-	tick        = 2 * time.Millisecond  // rate-limited: how often due frames go out
+	tick        = time.Millisecond      // rate-limited: how often due frames go out
 	chunkTarget = 20 * time.Millisecond // full speed: how long one kernel call should run
 )
 
@@ -266,10 +274,17 @@ func (g *generator) send(ctx context.Context) (uint64, error) {
 		if err != nil {
 			return sent, err
 		}
-		if short, err := g.counter(xdpgenXdpgenStatXDPGEN_STAT_SHORT); err != nil || short > 0 {
-			return now, fmt.Errorf("xdpgen: %d frames shorter than the template head (%v)", short, err)
+		short, err := g.counter(xdpgenXdpgenStatXDPGEN_STAT_SHORT)
+		if err != nil {
+			return now, err
+		}
+		if short > 0 {
+			return now, fmt.Errorf("xdpgen: %d frames shorter than the template head, aborted", short)
 		}
 		sent = now
+		if c.Progress != nil {
+			c.Progress.Store(sent)
+		}
 		if runErr != nil && !errors.Is(runErr, unix.EINTR) { // EINTR: a signal; sent says how far it got
 			return sent, runErr
 		}
