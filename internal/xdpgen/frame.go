@@ -21,14 +21,13 @@ const (
 // layout is where the program finds the fields it rewrites in the template: offsets from the
 // start of the frame, 0 where a field does not exist.
 type layout struct {
-	proto     uint8  // TCP, UDP, or 0 for anything else
-	ipCsum    uint32 // IPv4 header checksum
-	saddr     uint32 // last 32 bits of the source address
-	l4        uint32 // TCP/UDP header (source port first)
-	l4Csum    uint32 // TCP/UDP checksum
-	seq       uint32 // TCP sequence number
-	headLen   uint32 // template bytes written back into every frame
-	frameSize int
+	proto   uint8  // TCP, UDP, or 0 for anything else
+	ipCsum  uint32 // IPv4 header checksum
+	saddr   uint32 // last 32 bits of the source address
+	l4      uint32 // TCP/UDP header (source port first)
+	l4Csum  uint32 // TCP/UDP checksum
+	seq     uint32 // TCP sequence number
+	headLen uint32 // template bytes written back into every frame
 }
 
 // parseFrame finds the fields of an Ethernet (+ up to two VLAN tags) / IPv4 or IPv6 (no
@@ -38,7 +37,6 @@ func parseFrame(f []byte) (layout, error) {
 	if len(f) < 14 {
 		return l, fmt.Errorf("frame of %d bytes is shorter than an Ethernet header", len(f))
 	}
-	l.frameSize = len(f)
 	l.headLen = uint32(min(len(f), headMax))
 	off := 12
 	typ := binary.BigEndian.Uint16(f[off:])

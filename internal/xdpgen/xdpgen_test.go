@@ -67,7 +67,9 @@ func count(t *testing.T, s *Sink) uint64 {
 }
 
 // A burst arrives exactly: every frame sent is counted at the receiver, and frames for another
-// port are not.
+// port are not. (Exact only while the receiver's veth ring, 256 frames, never overflows: paced
+// runs hand it a tick's worth at a time and the full-speed runs that must arrive are shorter
+// than the ring, so even a receiver whose softirq is deferred on a busy machine keeps up.)
 func TestBurstArrivesExactly(t *testing.T) {
 	p := newPair(t)
 	s := p.sink(t, protoUDP, 9, false)
@@ -75,7 +77,7 @@ func TestBurstArrivesExactly(t *testing.T) {
 		port uint16
 		n    uint64
 		rate float64
-	}{{9, 20000, 200000}, {10, 5000, 0}, {9, 1, 0}, {9, 777, 1e6}} {
+	}{{9, 20000, 20000}, {10, 5000, 0}, {9, 1, 0}, {9, 200, 0}} {
 		sent, err := Send(context.Background(), Config{Netns: p.a.Netns, Ifindex: p.a.Index, Frame: p.udpFrame(5000, c.port), Count: c.n, Rate: c.rate})
 		if err != nil {
 			t.Fatal(err)
@@ -87,7 +89,7 @@ func TestBurstArrivesExactly(t *testing.T) {
 	// Netns "": the caller's namespace (here a thread nsrun put into a's), without the
 	// dispatcher hold, so every kernel call is slow but the count the same.
 	if err := nsrun.Do(p.a.Netns, func() error {
-		sent, err := Send(context.Background(), Config{Ifindex: p.a.Index, Frame: p.udpFrame(5000, 9), Count: 3000, Batch: 16})
+		sent, err := Send(context.Background(), Config{Ifindex: p.a.Index, Frame: p.udpFrame(5000, 9), Count: 3000, Rate: 20000, Batch: 16})
 		if err == nil && sent != 3000 {
 			err = fmt.Errorf("sent %d, want 3000", sent)
 		}
@@ -95,7 +97,7 @@ func TestBurstArrivesExactly(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := count(t, s), uint64(20000+1+777+3000); got != want {
+	if got, want := count(t, s), uint64(20000+1+200+3000); got != want {
 		t.Errorf("sink counted %d, want %d", got, want)
 	}
 	// The dispatcher hold's veth pair is gone.
@@ -159,11 +161,11 @@ func TestRate(t *testing.T) {
 		t.Errorf("3000 frames at 10000/s took %v", took)
 	}
 	// A context that ends stops an unbounded run, with its error.
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	sent, err = Send(ctx, Config{Netns: p.a.Netns, Ifindex: p.a.Index, Frame: p.udpFrame(5000, 9), Rate: 1000})
 	if !errors.Is(err, context.DeadlineExceeded) || sent == 0 || sent > 1000 {
-		t.Errorf("unbounded run under a 200 ms context: sent %d, err %v", sent, err)
+		t.Errorf("unbounded run under a 1 s context: sent %d, err %v", sent, err)
 	}
 }
 
@@ -315,7 +317,7 @@ func TestRecycledPagesRestored(t *testing.T) {
 	}
 	defer lk.Close()
 	const n = 20000
-	if sent, err := Send(context.Background(), Config{Netns: p.a.Netns, Ifindex: p.a.Index, Frame: p.udpFrame(5000, 9), Count: n, Rate: 100000}); err != nil || sent != n {
+	if sent, err := Send(context.Background(), Config{Netns: p.a.Netns, Ifindex: p.a.Index, Frame: p.udpFrame(5000, 9), Count: n, Rate: 30000}); err != nil || sent != n {
 		t.Fatalf("sent %d (%v), want %d", sent, err, n)
 	}
 	var good, bad uint64
@@ -366,13 +368,13 @@ func TestParseFrame(t *testing.T) {
 		want  layout
 	}{
 		{"ipv4 udp", packet.IP("198.18.0.1", "198.18.0.2").UDP(1, 2).Bytes(),
-			layout{proto: protoUDP, ipCsum: 24, saddr: 26, l4: 34, l4Csum: 40, headLen: 60, frameSize: 60}},
+			layout{proto: protoUDP, ipCsum: 24, saddr: 26, l4: 34, l4Csum: 40, headLen: 60}},
 		{"ipv4 tcp", packet.IP("198.18.0.1", "198.18.0.2").TCP(1, 2, "S").MSS(1460).Bytes(),
-			layout{proto: protoTCP, ipCsum: 24, saddr: 26, l4: 34, l4Csum: 50, seq: 38, headLen: 60, frameSize: 60}},
+			layout{proto: protoTCP, ipCsum: 24, saddr: 26, l4: 34, l4Csum: 50, seq: 38, headLen: 60}},
 		{"ipv6 tcp", packet.IP("fd00::1", "fd00::2").TCP(1, 2, "S").Payload(make([]byte, 100)).Bytes(),
-			layout{proto: protoTCP, saddr: 34, l4: 54, l4Csum: 70, seq: 58, headLen: 128, frameSize: 174}},
+			layout{proto: protoTCP, saddr: 34, l4: 54, l4Csum: 70, seq: 58, headLen: 128}},
 		{"ipv4 fragment", packet.IP("198.18.0.1", "198.18.0.2").Fragment(1, false).UDP(1, 2).Bytes(),
-			layout{headLen: 60, frameSize: 60}},
+			layout{headLen: 60}},
 	} {
 		got, err := parseFrame(c.frame)
 		if err != nil || got != c.want {
