@@ -1,8 +1,10 @@
 // Command conntrack benchmarks flowplane's XDP conntrack against plain kernel forwarding and
 // nftables over nf_conntrack, in one lab and one run: TCP iperf3 with 1 and 8 flows, 64-byte UDP
 // forwarding rate, XDP ns/packet for established traffic (BPF_PROG_TEST_RUN), and an established
-// flow under a SYN flood that fills the unconfirmed table. It prints markdown tables of ratios
-// and writes bench/results/conntrack.json. Run as root: go run ./bench/conntrack
+// flow under a SYN flood that fills the unconfirmed table. The 64-byte traffic and the flood come
+// from xdpgen (BPF_PROG_TEST_RUN live frames) and are counted by its XDP sink on h2. It prints
+// markdown tables of ratios and writes bench/results/conntrack.json. Run as root:
+// go run ./bench/conntrack
 package main
 
 import (
@@ -10,13 +12,17 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"math"
 	"net"
 	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,7 +30,9 @@ import (
 	"github.com/flowplane/flowplane/internal/conntrack"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/packet"
 	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/xdpgen"
 )
 
 const topology = `
@@ -52,11 +60,40 @@ var (
 	modes    = []string{"kernel", "nftables", "flowplane"}
 )
 
+// The 64-byte test: one UDP flow h1:udpSport → h2:udpDport, established by one datagram each way,
+// then xdpgen at full speed from h1 for udpSend; h2's sink counts what arrives.
+const (
+	udpSport, udpDport = 5000, 9
+	udpSend            = 3 * time.Second
+	udpWindow          = 2 * time.Second // forwarded rate: counted over this window inside udpSend
+)
+
+// The SYN flood: xdpgen SYNs from h1 to h2:floodPort from floodAddrs spoofed addresses of h1's
+// subnet (198.18.0.100 on) × floodPorts source ports, so 240,000 tuples rotate through
+// flowplane's unconfirmed table of floodTable entries (its default size): first floodFill SYNs at
+// full speed, which fill it and start evicting, then floodRate per second, each evicting one
+// entry (80,000 during a 4 s iperf3 run: more than the whole table). h2's sink drops them: no
+// SYN-ACK or RST comes back (a RST would close the entries, a SYN-ACK confirm them) and r1 never
+// needs ARP for the spoofed addresses.
+const (
+	floodTable  = 65536
+	floodFill   = floodTable * 5 / 4
+	floodRate   = 20000
+	floodRounds = 5
+	floodPort   = 80
+	floodSport  = 2000
+	floodPorts  = 60000
+	floodAddrs  = 4
+)
+
+var floodSrc = netip.MustParseAddr("198.18.0.100")
+
 // Result is one mode's measurements.
 type Result struct {
-	TCP1Gbps float64 `json:"tcp_1_flow_gbps"`
-	TCP8Gbps float64 `json:"tcp_8_flows_gbps"`
-	UDP64pps float64 `json:"udp_64b_rx_pps"`
+	TCP1Gbps     float64 `json:"tcp_1_flow_gbps"`
+	TCP8Gbps     float64 `json:"tcp_8_flows_gbps"`
+	UDP64pps     float64 `json:"udp_64b_rx_pps"`
+	UDP64Offered float64 `json:"udp_64b_offered_pps"`
 }
 
 // Report is the JSON written to bench/results/conntrack.json.
@@ -73,14 +110,42 @@ type Report struct {
 	Notes        []string            `json:"notes"`
 }
 
-// Flood is the SYN-flood experiment.
+// Flood is the SYN-flood experiment (flowplane only): medians over the rounds, every round, and
+// one run with the generator at full speed.
 type Flood struct {
-	BaselineGbps     float64 `json:"baseline_gbps"`
-	UnderFloodGbps   float64 `json:"under_flood_gbps"`
-	Ratio            float64 `json:"ratio"`
-	UnconfirmedPeak  int     `json:"unconfirmed_entries_during_flood"`
-	UnconfirmedTable int     `json:"unconfirmed_table_size"`
-	EntryKept        bool    `json:"established_entry_kept"`
+	RatePPS          float64      `json:"rate_pps"`
+	UnconfirmedTable int          `json:"unconfirmed_table_size"`
+	PrefillSYNs      int          `json:"prefill_syns"` // sent at full speed before the rate
+	AloneGbps        float64      `json:"alone_gbps"`
+	ControlGbps      float64      `json:"control_gbps"`
+	FloodGbps        float64      `json:"under_flood_gbps"`
+	Ratio            float64      `json:"ratio_vs_alone"`   // median of per-round flood/alone
+	RatioControl     float64      `json:"ratio_vs_control"` // median of per-round flood/control
+	ControlRatio     float64      `json:"control_vs_alone"` // median of per-round control/alone
+	EntryKept        bool         `json:"established_entry_kept"`
+	Rounds           []FloodRound `json:"rounds"`
+	FullSpeed        *GenRun      `json:"full_speed"`
+}
+
+// FloodRound is one round: the flow alone, beside the same generator sending one fixed SYN
+// (control), and beside the rotating flood.
+type FloodRound struct {
+	AloneGbps float64 `json:"alone_gbps"`
+	Control   *GenRun `json:"control"`
+	Flood     *GenRun `json:"flood"`
+}
+
+// GenRun is one iperf3 run beside a running generator.
+type GenRun struct {
+	Gbps              float64 `json:"gbps"`
+	OfferedPPS        float64 `json:"offered_pps"`   // the generator's frames per second
+	ForwardedPPS      float64 `json:"forwarded_pps"` // SYNs reaching h2 during the iperf3 run
+	UnconfirmedBefore int     `json:"unconfirmed_entries_at_iperf_start"`
+	UnconfirmedAfter  int     `json:"unconfirmed_entries_at_iperf_end"`
+	NewEntries        uint64  `json:"new_entries_during_iperf"`
+	Evicted           int64   `json:"evicted_during_iperf"` // new − growth of the table − confirmed
+	Invalid           uint64  `json:"invalid_during_iperf"`
+	EntryKept         bool    `json:"established_entry_kept"`
 }
 
 func main() {
@@ -96,6 +161,9 @@ type bench struct {
 	l      *lab.Lab
 	h1, h2 netip.Addr
 	dev    map[string]string // "h1", "h2", "r1:in", "r1:out"
+	// The generator sends from h1's veth to r1's inside veth.
+	h1Index        int
+	h1MAC, r1InMAC net.HardwareAddr
 }
 
 func run(ctx context.Context) error {
@@ -142,6 +210,22 @@ func run(ctx context.Context) error {
 	if out, err := bn.cmd(ctx, "h1", "ping", "-c", "2", "-W", "2", bn.h2.String()); err != nil {
 		return fmt.Errorf("lab does not forward: %v: %s", err, out)
 	}
+	for _, x := range []struct {
+		node, dev string
+		mac       *net.HardwareAddr
+		index     *int
+	}{{"h1", bn.dev["h1"], &bn.h1MAC, &bn.h1Index}, {"r1", bn.dev["r1:in"], &bn.r1InMAC, new(int)}} {
+		if err := nsrun.Do(l.Netns(x.node), func() error {
+			ifc, err := net.InterfaceByName(x.dev)
+			if err != nil {
+				return err
+			}
+			*x.mac, *x.index = ifc.HardwareAddr, ifc.Index
+			return nil
+		}); err != nil {
+			return fmt.Errorf("interface %s: %w", x.dev, err)
+		}
+	}
 	rep := &Report{Date: time.Now().UTC(), CPUs: numCPU(), DurationS: duration.Seconds(), Results: map[string]*Result{}}
 	if u, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		rep.Kernel = strings.TrimSpace(string(u))
@@ -159,7 +243,7 @@ func run(ctx context.Context) error {
 			var r Result
 			if r.TCP1Gbps, err = bn.tcp(ctx, 1); err == nil {
 				if r.TCP8Gbps, err = bn.tcp(ctx, 8); err == nil {
-					r.UDP64pps, err = bn.udp64(ctx)
+					r.UDP64pps, r.UDP64Offered, err = bn.udp64(ctx)
 				}
 			}
 			stopMode()
@@ -172,12 +256,13 @@ func run(ctx context.Context) error {
 	for _, m := range modes {
 		rep.Samples = samples
 		rep.Results[m] = &Result{
-			TCP1Gbps: median(samples[m], func(r Result) float64 { return r.TCP1Gbps }),
-			TCP8Gbps: median(samples[m], func(r Result) float64 { return r.TCP8Gbps }),
-			UDP64pps: median(samples[m], func(r Result) float64 { return r.UDP64pps }),
+			TCP1Gbps:     median(samples[m], func(r Result) float64 { return r.TCP1Gbps }),
+			TCP8Gbps:     median(samples[m], func(r Result) float64 { return r.TCP8Gbps }),
+			UDP64pps:     median(samples[m], func(r Result) float64 { return r.UDP64pps }),
+			UDP64Offered: median(samples[m], func(r Result) float64 { return r.UDP64Offered }),
 		}
 	}
-	if rep.Flood, err = bn.flood(ctx, 0); err != nil {
+	if rep.Flood, err = bn.flood(ctx); err != nil {
 		return fmt.Errorf("syn flood: %w", err)
 	}
 	ns, base, err := bn.nsPerPacket()
@@ -188,7 +273,10 @@ func run(ctx context.Context) error {
 	rep.Notes = []string{
 		"veth lab on one host: all three modes share the same CPUs with iperf3 itself",
 		"hosts run with GRO on and tx checksum offload off in every mode (needed for XDP redirect into veth)",
-		"udp_64b_rx_pps: hping3 -2 --flood of one UDP flow with 64-byte frames from h1, frames per second arriving at h2 (one sender thread on a shared 2-core VM bounds it)",
+		"udp_64b_rx_pps: one UDP flow of 64-byte frames (60 + FCS), made established by one datagram each way, sent by xdpgen (BPF_PROG_TEST_RUN live frames, one thread, full speed) from h1 for 3 s; frames per second counted at h2 by an XDP sink (count and drop) over the middle 2 s; the same in all three modes",
+		"udp_64b_offered_pps: frames the generator put into h1's veth per second, over the same window; on veth the receiving side's NAPI (r1, then h2) runs on the sender's CPU, so the offered rate falls with the router's cost: both rates measure the whole path on one CPU",
+		"r1's inside veth gets GRO on during the 64-byte test in every mode: frames XDP-redirected into a veth reach the peer only through its NAPI (flowplane's XDP program provides one anyway)",
+		"syn_flood: flowplane only, default tables; xdpgen SYNs from h1, rotating 60,000 source ports x 4 spoofed source addresses of h1's subnet, first 81,920 at full speed (fill), then at a fixed rate; dropped at h2 by an XDP sink so nothing answers; control: the same generator, fill, rate and sink with one fixed tuple (every SYN a retransmission for one entry): the same CPU spent on generating, forwarding and sinking, without table churn; ratios paired per round",
 	}
 	printReport(rep)
 	return report.WriteJSON("conntrack", rep)
@@ -272,7 +360,8 @@ func (b *bench) startFlowplane(cfg *conntrack.Config) (func(), error) {
 type iperfOut struct {
 	End struct {
 		SumReceived struct {
-			BPS float64 `json:"bits_per_second"`
+			BPS   float64 `json:"bits_per_second"`
+			Bytes uint64  `json:"bytes"`
 		} `json:"sum_received"`
 		Sum struct {
 			Packets     int     `json:"packets"`
@@ -285,9 +374,19 @@ type iperfOut struct {
 
 var port = 6000
 
+// nextPort is the server port of the next iperf3 test.
+func nextPort() int {
+	port++
+	return port
+}
+
 // iperf runs one iperf3 test h1 → h2.
 func (b *bench) iperf(ctx context.Context, args ...string) (*iperfOut, error) {
-	port++
+	return b.iperfOn(ctx, nextPort(), args...)
+}
+
+// iperfOn runs one iperf3 test h1 → h2 with the server on port.
+func (b *bench) iperfOn(ctx context.Context, port int, args ...string) (*iperfOut, error) {
 	p := fmt.Sprint(port)
 	srv, err := b.l.Command(ctx, "h2", "iperf3", "-s", "-1", "-p", p)
 	if err != nil {
@@ -322,89 +421,137 @@ func (b *bench) tcp(ctx context.Context, flows int) (float64, error) {
 	return r.End.SumReceived.BPS / 1e9, nil
 }
 
-// udp64 floods 64-byte UDP frames of one flow (hping3 -2 --flood, fixed ports) from h1 for
-// three seconds and returns the rate at which they arrive on h2.
-func (b *bench) udp64(ctx context.Context) (float64, error) {
-	rx := func() (uint64, error) {
-		out, err := b.cmd(ctx, "h2", "ip", "-s", "-j", "link", "show", "dev", b.dev["h2"])
-		if err != nil {
-			return 0, fmt.Errorf("ip link: %v: %s", err, out)
-		}
-		var links []struct {
-			Stats struct {
-				RX struct {
-					Packets uint64 `json:"packets"`
-				} `json:"rx"`
-			} `json:"stats64"`
-		}
-		if err := json.Unmarshal([]byte(out), &links); err != nil || len(links) != 1 {
-			return 0, fmt.Errorf("ip link json: %v: %s", err, out)
-		}
-		return links[0].Stats.RX.Packets, nil
-	}
-	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// 18 bytes of data: 14 + 20 + 8 + 18 = 60-byte frames, 64 with the FCS.
-	hp, err := b.l.Command(fctx, "h1", "hping3", "-q", "-2", "-k", "-s", "5000", "-p", "9", "-d", "18", "--flood", b.h2.String())
-	if err != nil {
-		return 0, err
-	}
-	if err := hp.Start(); err != nil {
-		return 0, fmt.Errorf("hping3: %w", err)
-	}
-	time.Sleep(500 * time.Millisecond) // past the first packets' neighbour resolution
-	before, err := rx()
-	if err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	time.Sleep(3 * time.Second)
-	after, err := rx()
-	elapsed := time.Since(start)
-	cancel()
-	_ = hp.Wait()
-	if err != nil {
-		return 0, err
-	}
-	return float64(after-before) / elapsed.Seconds(), nil
+// frame builds a frame from h1 as it leaves h1's veth for r1.
+func (b *bench) frame(src netip.Addr) *packet.Builder {
+	return packet.IP(src.String(), b.h2.String()).MAC(b.h1MAC, b.r1InMAC)
 }
 
-// flood measures one established flow while hping3 floods spoofed SYNs from the inside, with a
-// small unconfirmed table that the flood fills.
-func (b *bench) flood(ctx context.Context, _ float64) (*Flood, error) {
-	const unconfirmed = 4096
-	f := &Flood{UnconfirmedTable: unconfirmed}
-	// Restart conntrack with a small unconfirmed table.
-	cfg := &conntrack.Config{}
-	cfg.Table.Unconfirmed = unconfirmed
-	stop, err := b.startFlowplane(cfg)
+// gro switches GRO on r1's inside veth and returns how to put the old setting back. A frame
+// XDP-redirected into h1's veth reaches r1 only through that veth's NAPI, which an XDP program
+// on it (flowplane's) or GRO turns on; without either the kernel drops it silently.
+func (b *bench) gro(ctx context.Context) (func(), error) {
+	dev := b.dev["r1:in"]
+	out, err := b.cmd(ctx, "r1", "ethtool", "-k", dev)
+	if err != nil {
+		return nil, fmt.Errorf("ethtool -k %s: %v: %s", dev, err, out)
+	}
+	if strings.Contains(out, "generic-receive-offload: on") {
+		return func() {}, nil
+	}
+	if out, err := b.cmd(ctx, "r1", "ethtool", "-K", dev, "gro", "on"); err != nil {
+		return nil, fmt.Errorf("ethtool -K %s gro on: %v: %s", dev, err, out)
+	}
+	return func() {
+		if out, err := b.cmd(context.Background(), "r1", "ethtool", "-K", dev, "gro", "off"); err != nil {
+			slog.Warn("ethtool gro off", "dev", dev, "err", err, "out", out)
+		}
+	}, nil
+}
+
+// sink attaches xdpgen's counting sink to h2's veth for TCP or UDP to port.
+func (b *bench) sink(proto uint8, port uint16) (*xdpgen.Sink, error) {
+	return xdpgen.AttachSink(xdpgen.SinkConfig{Netns: b.l.Netns("h2"), Ifname: b.dev["h2"], Proto: proto, Port: port})
+}
+
+// udpHello sends one datagram h1:udpSport → h2:udpDport and one back, so that both trackers
+// hold the flow as established (nf: ESTABLISHED; flowplane: confirmed, route cached). The first
+// is dropped by h2's sink after r1 has seen it; h1 must receive the answer.
+func (b *bench) udpHello() error {
+	var h1c *net.UDPConn
+	if err := nsrun.Do(b.l.Netns("h1"), func() error {
+		var err error
+		h1c, err = net.ListenUDP("udp4", &net.UDPAddr{IP: b.h1.AsSlice(), Port: udpSport})
+		return err
+	}); err != nil {
+		return fmt.Errorf("udp socket on h1: %w", err)
+	}
+	defer h1c.Close()
+	if _, err := h1c.WriteToUDP([]byte("hello"), &net.UDPAddr{IP: b.h2.AsSlice(), Port: udpDport}); err != nil {
+		return fmt.Errorf("udp h1 → h2: %w", err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := nsrun.Do(b.l.Netns("h2"), func() error {
+		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: b.h2.AsSlice(), Port: udpDport}, &net.UDPAddr{IP: b.h1.AsSlice(), Port: udpSport})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte("hello"))
+		return err
+	}); err != nil {
+		return fmt.Errorf("udp h2 → h1: %w", err)
+	}
+	_ = h1c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, _, err := h1c.ReadFromUDP(make([]byte, 64)); err != nil {
+		return fmt.Errorf("udp reply h2 → h1 did not arrive: %w", err)
+	}
+	return nil
+}
+
+// udp64 sends 64-byte frames (60 + FCS) of one established UDP flow from h1 with xdpgen at full
+// speed and returns the rate at which they arrive at h2 and the rate the generator sent them at,
+// both over udpWindow in the middle of the run (the generator's count lags by up to one kernel
+// call, ~20 ms, at both ends of the window).
+func (b *bench) udp64(ctx context.Context) (forwarded, offered float64, err error) {
+	restore, err := b.gro(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer restore()
+	sink, err := b.sink(17, udpDport)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer sink.Close()
+	if err := b.udpHello(); err != nil {
+		return 0, 0, err
+	}
+	// 18 bytes of data: 14 + 20 + 8 + 18 = 60-byte frames.
+	frame := b.frame(b.h1).UDP(udpSport, udpDport).Payload(make([]byte, 18)).Bytes()
+	done := make(chan error, 1)
+	var progress atomic.Uint64
+	go func() {
+		_, err := xdpgen.Send(ctx, xdpgen.Config{Netns: b.l.Netns("h1"), Ifindex: b.h1Index, Frame: frame, Duration: udpSend, Progress: &progress})
+		done <- err
+	}()
+	time.Sleep((udpSend - udpWindow) / 2)
+	c0, err0 := sink.Count()
+	p0, t0 := progress.Load(), time.Now()
+	time.Sleep(udpWindow)
+	c1, err1 := sink.Count()
+	p1, window := progress.Load(), time.Since(t0)
+	if err := errors.Join(<-done, err0, err1); err != nil {
+		return 0, 0, err
+	}
+	return float64(c1-c0) / window.Seconds(), float64(p1-p0) / window.Seconds(), nil
+}
+
+// sinkCount reads a sink's count; a failed read (it cannot fail while the sink is attached) shows
+// as a zero rate in the table rather than ending the benchmark.
+func sinkCount(s *xdpgen.Sink) uint64 {
+	n, err := s.Count()
+	if err != nil {
+		slog.Warn("sink count", "err", err)
+	}
+	return n
+}
+
+// flood measures one established iperf3 flow through flowplane (default tables) alone, beside
+// the generator sending one fixed SYN at floodRate (control), and beside the rotating SYN flood
+// at floodRate, in rounds; then once beside the flood at the generator's full speed.
+func (b *bench) flood(ctx context.Context) (*Flood, error) {
+	var cfg conntrack.Config
+	cfg.Table.Unconfirmed = floodTable
+	stop, err := b.startFlowplane(&cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	if f.BaselineGbps, err = b.tcp(ctx, 1); err != nil {
-		return nil, err
-	}
-	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	hp, err := b.l.Command(fctx, "h1", "hping3", "-q", "-S", "--flood", "--rand-source", "-p", "80", b.h2.String())
+	sink, err := b.sink(6, floodPort)
 	if err != nil {
 		return nil, err
 	}
-	if err := hp.Start(); err != nil {
-		return nil, fmt.Errorf("hping3: %w", err)
-	}
-	time.Sleep(time.Second)
-	type res struct {
-		gbps float64
-		err  error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		g, err := b.tcp(ctx, 1)
-		ch <- res{g, err}
-	}()
-	// Watch the tables while the flow runs.
+	defer sink.Close()
 	var tb *conntrack.Tables
 	if err := nsrun.Do(b.l.Netns("r1"), func() error {
 		var err error
@@ -414,39 +561,188 @@ func (b *bench) flood(ctx context.Context, _ float64) (*Flood, error) {
 		return nil, err
 	}
 	defer tb.Close()
-	f.EntryKept = true
-	var r res
-	for done := false; !done; {
-		select {
-		case r = <-ch:
-			done = true
-		case <-time.After(500 * time.Millisecond):
-			es, err := tb.List()
-			if err != nil {
+	f := &Flood{RatePPS: floodRate, UnconfirmedTable: floodTable, PrefillSYNs: floodFill, EntryKept: true}
+	// Each round measures the three in a rotated order, each from empty tables; the ratios are
+	// paired per round (drift from the machine's other load cancels), the figures are medians.
+	for round := 0; round < floodRounds; round++ {
+		slog.Info("measuring", "round", round+1, "test", "syn flood")
+		var fr FloodRound
+		for i := 0; i < 3; i++ {
+			if _, err := tb.Flush(); err != nil {
 				return nil, err
 			}
-			un, est := 0, 0
-			for _, e := range es {
-				if !e.Confirmed {
-					un++
-				} else if e.Proto == "tcp" && e.State == "ESTABLISHED" && e.Orig.Src == b.h1 {
-					est++
+			switch (round + i) % 3 {
+			case 0:
+				r, err := b.iperf(ctx, "-P", "1")
+				if err != nil {
+					return nil, err
+				}
+				fr.AloneGbps = r.End.SumReceived.BPS / 1e9
+			case 1:
+				if fr.Control, err = b.besideGenerator(ctx, tb, sink, floodRate, false); err != nil {
+					return nil, fmt.Errorf("control: %w", err)
+				}
+			case 2:
+				if fr.Flood, err = b.besideGenerator(ctx, tb, sink, floodRate, true); err != nil {
+					return nil, fmt.Errorf("flood: %w", err)
 				}
 			}
-			f.UnconfirmedPeak = max(f.UnconfirmedPeak, un)
-			if est < 2 { // iperf3's control and data connections
-				f.EntryKept = false
+		}
+		f.EntryKept = f.EntryKept && fr.Control.EntryKept && fr.Flood.EntryKept
+		f.Rounds = append(f.Rounds, fr)
+	}
+	med := func(g func(FloodRound) float64) float64 {
+		v := make([]float64, len(f.Rounds))
+		for i, r := range f.Rounds {
+			v[i] = g(r)
+		}
+		return report.Median(v)
+	}
+	f.AloneGbps = med(func(r FloodRound) float64 { return r.AloneGbps })
+	f.ControlGbps = med(func(r FloodRound) float64 { return r.Control.Gbps })
+	f.FloodGbps = med(func(r FloodRound) float64 { return r.Flood.Gbps })
+	f.Ratio = med(func(r FloodRound) float64 { return r.Flood.Gbps / r.AloneGbps })
+	f.RatioControl = med(func(r FloodRound) float64 { return r.Flood.Gbps / r.Control.Gbps })
+	f.ControlRatio = med(func(r FloodRound) float64 { return r.Control.Gbps / r.AloneGbps })
+	if _, err := tb.Flush(); err != nil {
+		return nil, err
+	}
+	slog.Info("measuring", "test", "syn flood at full generator speed")
+	if f.FullSpeed, err = b.besideGenerator(ctx, tb, sink, 0, true); err != nil {
+		return nil, fmt.Errorf("full-speed flood: %w", err)
+	}
+	f.EntryKept = f.EntryKept && f.FullSpeed.EntryKept
+	return f, nil
+}
+
+// besideGenerator runs one iperf3 flow while xdpgen sends SYNs from h1 at rate (0: full speed),
+// rotating tuples or always the same one, and reads the tables around the flow: how full the
+// unconfirmed table was, how many entries the flood created and evicted, and whether the flow's
+// own entries lived through it.
+func (b *bench) besideGenerator(ctx context.Context, tb *conntrack.Tables, sink *xdpgen.Sink, rate float64, rotate bool) (*GenRun, error) {
+	cfg := xdpgen.Config{Netns: b.l.Netns("h1"), Ifindex: b.h1Index, Rate: rate,
+		Frame: b.frame(floodSrc).TCP(floodSport, floodPort, "S").Seq(1).MSS(1460).Bytes()}
+	if rotate {
+		cfg.SrcPorts, cfg.SrcAddrs = floodPorts, floodAddrs
+	}
+	var progress atomic.Uint64
+	cfg.Progress = &progress
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// At a rate, the generator first sends floodFill SYNs at full speed (the table fills and
+	// starts evicting within a fraction of a second), then goes on at the rate from where the
+	// fill ended. The control does the same with its one tuple.
+	filled, done := make(chan struct{}), make(chan error, 1)
+	go func(cfg xdpgen.Config) {
+		var err error
+		if cfg.Rate > 0 {
+			fill := cfg
+			fill.Rate, fill.Count, fill.Progress = 0, floodFill, nil
+			cfg.First, err = xdpgen.Send(gctx, fill)
+		}
+		close(filled)
+		if err == nil {
+			_, err = xdpgen.Send(gctx, cfg)
+		}
+		done <- err
+	}(cfg)
+	stopGen := func() error {
+		cancel()
+		err := <-done
+		if errors.Is(err, context.Canceled) && ctx.Err() == nil {
+			err = nil
+		}
+		return err
+	}
+	// One second at the rate (or at full speed) before the flow starts.
+	<-filled
+	select {
+	case <-time.After(time.Second):
+	case err := <-done:
+		return nil, fmt.Errorf("generator stopped: %v", err)
+	}
+	g := &GenRun{}
+	c0, err := tb.ReadCounters()
+	if err != nil {
+		_ = stopGen()
+		return nil, err
+	}
+	_, g.UnconfirmedBefore, err = tb.Count()
+	if err != nil {
+		_ = stopGen()
+		return nil, err
+	}
+	// The flow's entries are read every half second (the confirmed table only: listing the
+	// full unconfirmed one would take CPU from the flow) and once more at the end: each must stay
+	// there with a byte count that only grows, and the data connection's must have counted at
+	// least every byte h2 received (an entry lost and picked up again would start from zero).
+	p := nextPort()
+	type result struct {
+		r   *iperfOut
+		err error
+	}
+	res := make(chan result, 1)
+	s0, p0, t0 := sinkCount(sink), progress.Load(), time.Now()
+	go func() {
+		r, err := b.iperfOn(ctx, p, "-P", "1")
+		res <- result{r, err}
+	}()
+	seen, lost := map[uint16]uint64{}, false
+	look := func() error {
+		es, err := tb.ListConfirmed()
+		if err != nil {
+			return err
+		}
+		now := map[uint16]uint64{}
+		for _, e := range es {
+			if e.Proto == "tcp" && e.Orig.Src == b.h1 && e.Orig.Dst == b.h2 && int(e.Orig.Dport) == p {
+				now[e.Orig.Sport] = e.Bytes[0]
+			}
+		}
+		for sport, n := range seen {
+			if m, ok := now[sport]; !ok || m < n {
+				lost = true
+			}
+		}
+		maps.Copy(seen, now)
+		return nil
+	}
+	var r result
+	for finished := false; !finished; {
+		select {
+		case r = <-res:
+			finished = true
+		case <-time.After(500 * time.Millisecond):
+			if err := look(); err != nil {
+				_ = stopGen()
+				return nil, err
 			}
 		}
 	}
-	cancel()
-	_ = hp.Wait()
-	if r.err != nil {
-		return nil, r.err
+	s1, p1, el := sinkCount(sink), progress.Load(), time.Since(t0)
+	c1, cerr := tb.ReadCounters()
+	lerr := look()
+	_, un1, uerr := tb.Count()
+	if err := errors.Join(r.err, cerr, lerr, uerr, stopGen()); err != nil {
+		return nil, err
 	}
-	f.UnderFloodGbps = r.gbps
-	f.Ratio = f.UnderFloodGbps / f.BaselineGbps
-	return f, nil
+	g.Gbps = r.r.End.SumReceived.BPS / 1e9
+	g.OfferedPPS = float64(p1-p0) / el.Seconds()
+	g.ForwardedPPS = float64(s1-s0) / el.Seconds()
+	g.NewEntries = c1["new"] - c0["new"]
+	g.UnconfirmedAfter = un1
+	for _, n := range conntrack.StatNames {
+		if strings.HasPrefix(n, "invalid_") {
+			g.Invalid += c1[n] - c0[n]
+		}
+	}
+	data := uint64(0)
+	for _, n := range seen {
+		data = max(data, n)
+	}
+	g.EntryKept = !lost && data >= r.r.End.SumReceived.Bytes
+	g.Evicted = int64(g.NewEntries) - int64(g.UnconfirmedAfter-g.UnconfirmedBefore) - int64(c1["established"]-c0["established"])
+	return g, nil
 }
 
 func (b *bench) nsPerPacket() (time.Duration, time.Duration, error) {
@@ -476,12 +772,42 @@ func printReport(r *Report) {
 	}
 	row("TCP iperf3, 1 flow", "Gbit/s", k.TCP1Gbps, n.TCP1Gbps, f.TCP1Gbps)
 	row("TCP iperf3, 8 flows", "Gbit/s", k.TCP8Gbps, n.TCP8Gbps, f.TCP8Gbps)
-	row("UDP 64 B forwarded", "pkt/s", k.UDP64pps, n.UDP64pps, f.UDP64pps)
-	fmt.Printf("\nXDP cost, established TCP segment (BPF_PROG_TEST_RUN): %.0f ns/packet (an XDP_PASS-only program: %.0f ns)\n", r.NsPerPkt, r.NsPerPktNoop)
-	if fl := r.Flood; fl != nil {
-		fmt.Printf("\nSYN flood (hping3 --flood --rand-source from h1, unconfirmed table %d): 1 flow %.3g → %.3g Gbit/s (%.2f×), unconfirmed entries seen %d, established entries kept: %v\n",
-			fl.UnconfirmedTable, fl.BaselineGbps, fl.UnderFloodGbps, fl.Ratio, fl.UnconfirmedPeak, fl.EntryKept)
+	row("UDP 64 B forwarded (xdpgen, 1 established flow)", "pkt/s", k.UDP64pps, n.UDP64pps, f.UDP64pps)
+	row("UDP 64 B offered by xdpgen (same runs)", "pkt/s", k.UDP64Offered, n.UDP64Offered, f.UDP64Offered)
+	var perRound []string
+	for i, fs := range r.Samples["flowplane"] {
+		perRound = append(perRound, fmt.Sprintf("%.2f× / %.2f×", fs.UDP64pps/r.Samples["kernel"][i].UDP64pps, fs.UDP64pps/r.Samples["nftables"][i].UDP64pps))
 	}
+	fmt.Printf("\nUDP 64 B forwarded, flowplane / kernel and flowplane / nftables within each round: %s.\n", strings.Join(perRound, ", "))
+	fmt.Println("The generator runs on one thread of h1; on veth, r1's and h2's receive work runs on the same CPU, so both rates measure the whole path and the offered rate falls with the router's cost.")
+	fmt.Printf("\nXDP cost, established TCP segment (BPF_PROG_TEST_RUN): %.0f ns/packet (an XDP_PASS-only program: %.0f ns)\n", r.NsPerPkt, r.NsPerPktNoop)
+	fl := r.Flood
+	if fl == nil {
+		return
+	}
+	fmt.Printf("\n### SYN flood: flowplane, one iperf3 flow, unconfirmed table %d, %d rounds\n\n", fl.UnconfirmedTable, len(fl.Rounds))
+	fmt.Println("| run | iperf3 1 flow | vs alone | vs control | SYNs offered/s | SYNs at h2/s | unconfirmed entries (iperf3 start → end) | new entries | evicted | flow's entry kept |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	last := fl.Rounds[len(fl.Rounds)-1]
+	fmt.Printf("| alone | %.3g Gbit/s | 1.00× | | | | | | | |\n", fl.AloneGbps)
+	gen := func(name string, gbps, vsAlone float64, vsControl string, g *GenRun) {
+		fmt.Printf("| %s | %.3g Gbit/s | %.2f× | %s | %.3g | %.3g | %d → %d | %d | %d | %v |\n", name, gbps, vsAlone, vsControl,
+			g.OfferedPPS, g.ForwardedPPS, g.UnconfirmedBefore, g.UnconfirmedAfter, g.NewEntries, g.Evicted, g.EntryKept)
+	}
+	gen(fmt.Sprintf("control: one fixed SYN at %.0f/s", fl.RatePPS), fl.ControlGbps, fl.ControlRatio, "1.00×", last.Control)
+	gen(fmt.Sprintf("flood: rotating SYNs at %.0f/s", fl.RatePPS), fl.FloodGbps, fl.Ratio, fmt.Sprintf("%.2f×", fl.RatioControl), last.Flood)
+	gen("flood at full generator speed (one run)", fl.FullSpeed.Gbps, fl.FullSpeed.Gbps/fl.AloneGbps, "", fl.FullSpeed)
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, r := range fl.Rounds {
+		lo, hi = min(lo, r.Flood.Gbps/r.AloneGbps), max(hi, r.Flood.Gbps/r.AloneGbps)
+	}
+	fmt.Printf("\nThroughputs are medians over the rounds, ratios medians of the ratios within each round (flood/alone ranged %.2f–%.2f×); the other columns are from the last round. "+
+		"The generator first sends %d SYNs at full speed (the table fills and starts evicting), then %.0f/s, each evicting one entry; iperf3 starts 1 s later. "+
+		"Control: the same generator, rate and sink with one fixed tuple (each SYN a retransmission for one entry): the CPU the generator, the forwarding and the sink take on the two shared CPUs, without table churn. "+
+		"flood/control isolates the churn; flood/alone includes that CPU. "+
+		"At full speed the generator takes a whole CPU of the two and offers more than r1 drains: the veth ring into r1 overflows (offered ≫ at h2) and the flow's packets compete with the SYNs for it. "+
+		"Established entries kept in every run: %v.\n",
+		lo, hi, fl.PrefillSYNs, fl.RatePPS, fl.EntryKept)
 }
 
 func median(rs []Result, f func(Result) float64) float64 {

@@ -23,6 +23,17 @@ static __always_inline void csum_replace2(__sum16 *csum, __be16 old, __be16 new)
 	*csum = csum_fold(sum);
 }
 
+/* csum_replace4 is csum_replace2 for a 32-bit field (an IPv4 address, a TCP sequence number):
+ * both of its 16-bit words change at once. */
+static __always_inline void csum_replace4(__sum16 *csum, __be32 old, __be32 new)
+{
+	__u32 sum = (__u16) ~*csum;
+
+	sum += (__u16)~old + (__u16) ~(old >> 16);
+	sum += (__u16) new + (__u16)(new >> 16);
+	*csum = csum_fold(sum);
+}
+
 /* ip_decrease_ttl decrements the TTL and patches the header checksum in place. */
 static __always_inline void ip_decrease_ttl(struct iphdr *iph)
 {

@@ -133,15 +133,28 @@ const (
 
 // List returns every live entry of both tables, confirmed first, each table sorted.
 func (t *Tables) List() ([]Entry, error) {
+	return t.list(true)
+}
+
+// ListConfirmed is List of the confirmed table alone: cheap while a flood fills the other.
+func (t *Tables) ListConfirmed() ([]Entry, error) {
+	return t.list(false)
+}
+
+func (t *Tables) list(unconfirmed bool) ([]Entry, error) {
 	now, err := clockNow()
 	if err != nil {
 		return nil, err
 	}
 	var out []Entry
-	for _, tb := range []struct {
+	tables := []struct {
 		m         *ebpf.Map
 		confirmed bool
-	}{{t.Main, true}, {t.Emb, false}} {
+	}{{t.Main, true}, {t.Emb, false}}
+	if !unconfirmed {
+		tables = tables[:1]
+	}
+	for _, tb := range tables {
 		var part []Entry
 		err := dump(tb.m, func(k ctCtKey, v ctCtEntry) {
 			if v.Expires > now {

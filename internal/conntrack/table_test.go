@@ -62,6 +62,9 @@ func TestSweep(t *testing.T) {
 	if err != nil || conf != 150 || unconf != 150 {
 		t.Fatalf("count %d confirmed %d unconfirmed (%v), want 150 and 150", conf, unconf, err)
 	}
+	if es, err := f.tables.ListConfirmed(); err != nil || len(es) != 150 || !es[0].Confirmed || !es[149].Confirmed {
+		t.Fatalf("ListConfirmed: %d entries (%v), want the 150 confirmed", len(es), err)
+	}
 	removed, live, err := f.tables.Sweep()
 	if err != nil || removed != 0 || live != 300 {
 		t.Fatalf("sweep of live entries: removed %d live %d err %v", removed, live, err)
