@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 apt_packages=(
 	clang llvm libbpf-dev bpftool clang-format   # BPF build and lint
 	iproute2 iputils-ping ethtool                # lab plumbing
-	iperf3 tcpdump tshark hping3 jq              # traffic, capture, demo
+	iperf3 tcpdump tshark jq              # traffic, capture, demo
 	conntrack nftables                           # nf_conntrack reference
 	python3-venv                                 # analytics
 )

@@ -143,7 +143,7 @@ func (d *diffLab) send(s dstep) bool {
 	}
 	want := frame[off:end]
 	buf := make([]byte, 2048)
-	for deadline := time.Now().Add(150 * time.Millisecond); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); { // generous: CI machines are loaded
 		n, err := unix.Read(d.rx[to], buf)
 		if err != nil {
 			continue
