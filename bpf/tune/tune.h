@@ -129,10 +129,14 @@ struct tune_lpm_key {
 };
 
 /* The rules (bit i = rule i) whose prefix contains the looked-up address; bit i of nz is set
- * when w[i] is not zero, so a match visits only the words that can hold a rule. */
+ * when w[i] is not zero, so a match visits only the words that can hold a rule. first is the
+ * lowest rule of the set (-1: none); it comes first so that it shares a cache line with the key
+ * the trie lookup has just compared. */
 struct tune_ruleset {
-	__u64 w[TUNE_WORDS];
+	__s32 first;
+	__u32 pad;
 	__u64 nz;
+	__u64 w[TUNE_WORDS];
 };
 
 /* Key of the kernel-refusal counters. */

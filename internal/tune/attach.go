@@ -289,7 +289,7 @@ func fill(m *tuneMaps, gen uint32, c *compiled) error {
 			}
 		}
 		for _, e := range side.es {
-			if err := side.m.Update(lpmKey(uint8(gen), e.prefix), tuneTuneRuleset{W: e.rules, Nz: e.rules.nz()}, ebpf.UpdateAny); err != nil {
+			if err := side.m.Update(lpmKey(uint8(gen), e.prefix), tuneTuneRuleset{First: e.rules.first(), W: e.rules, Nz: e.rules.nz()}, ebpf.UpdateAny); err != nil {
 				return fmt.Errorf("write address trie entry %s: %w", e.prefix, err)
 			}
 		}

@@ -66,6 +66,16 @@ func (s *ruleset) nz() uint64 {
 	return m
 }
 
+// first is the lowest rule of the set (tune_ruleset.first), -1 when it is empty.
+func (s *ruleset) first() int32 {
+	for i, w := range s {
+		if w != 0 {
+			return int32(i*64 + bits.TrailingZeros64(w))
+		}
+	}
+	return -1
+}
+
 // trieEntry is one LPM entry: family (4/6), prefix, and the rules whose prefix contains it.
 type trieEntry struct {
 	prefix netip.Prefix
@@ -335,14 +345,22 @@ func (c *compiled) lookup(f Flow) int {
 	if rs == nil || ls == nil {
 		return -1
 	}
+	selects := func(i int) bool {
+		r := c.bpfRules[i]
+		return uint8(f.Dir)&r.Dir != 0 && f.RemotePort >= r.RportLo && f.RemotePort <= r.RportHi &&
+			f.LocalPort >= r.LportLo && f.LocalPort <= r.LportHi
+	}
+	// as the program: both sets starting with the same rule that selects the flow answer
+	// without a scan
+	if i := rs.first(); i >= 0 && i == ls.first() && selects(int(i)) {
+		return c.rules[i].logical
+	}
 	for nz := rs.nz() & ls.nz(); nz != 0; nz &= nz - 1 {
 		w := bits.TrailingZeros64(nz)
 		b := rs[w] & ls[w]
 		for b != 0 {
 			i := w*64 + bits.TrailingZeros64(b)
-			r := c.bpfRules[i]
-			if uint8(f.Dir)&r.Dir != 0 && f.RemotePort >= r.RportLo && f.RemotePort <= r.RportHi &&
-				f.LocalPort >= r.LportLo && f.LocalPort <= r.LportHi {
+			if selects(i) {
 				return c.rules[i].logical
 			}
 			b &= b - 1
