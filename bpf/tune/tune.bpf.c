@@ -571,7 +571,8 @@ int tune_sockops(struct bpf_sock_ops *s)
 
 	switch (op) {
 	case BPF_SOCK_OPS_TCP_CONNECT_CB:
-		apply_socket(s, p);
+		if (p->set & TUNE_SOCKET_SETTINGS)
+			apply_socket(s, p);
 		break;
 	case BPF_SOCK_OPS_TIMEOUT_INIT:
 		if (has(p, TUNE_SET_SYN_RTO)) {
@@ -592,13 +593,19 @@ int tune_sockops(struct bpf_sock_ops *s)
 		}
 		break;
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-		remember(s, p);
-		apply_established(s, p);
+		/* the profile's set word says which calls have work to do (each costs a call) */
+		if (has(p, TUNE_SET_REACT_CALLBACKS))
+			remember(s, p);
+		if (p->set & TUNE_ESTABLISHED_SETTINGS)
+			apply_established(s, p);
 		break;
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		remember(s, p);
-		apply_socket(s, p);
-		apply_established(s, p);
+		if (has(p, TUNE_SET_REACT_CALLBACKS))
+			remember(s, p);
+		if (p->set & TUNE_SOCKET_SETTINGS)
+			apply_socket(s, p);
+		if (p->set & TUNE_ESTABLISHED_SETTINGS)
+			apply_established(s, p);
 		break;
 	}
 	return 1;

@@ -60,6 +60,19 @@ enum tune_setting {
 	TUNE_SET_MAX,
 };
 
+/* The settings apply_socket makes (socket options, before the SYN on an active open) and those
+ * apply_established makes: a profile with none of either skips that call. */
+#define TUNE_SOCKET_SETTINGS                                                                       \
+	((1U << TUNE_SET_CONGESTION) | (1U << TUNE_SET_SNDBUF) | (1U << TUNE_SET_RCVBUF) |         \
+	 (1U << TUNE_SET_MSS) | (1U << TUNE_SET_WINDOW_CLAMP) | (1U << TUNE_SET_PACING) |          \
+	 (1U << TUNE_SET_MARK) | (1U << TUNE_SET_PRIORITY) | (1U << TUNE_SET_TOS) |                \
+	 (1U << TUNE_SET_NOTSENT_LOWAT) | (1U << TUNE_SET_NODELAY) | (1U << TUNE_SET_KEEPALIVE) |  \
+	 (1U << TUNE_SET_KEEPIDLE) | (1U << TUNE_SET_KEEPINTVL) | (1U << TUNE_SET_KEEPCNT) |       \
+	 (1U << TUNE_SET_USER_TIMEOUT) | (1U << TUNE_SET_RTO_MAX))
+#define TUNE_ESTABLISHED_SETTINGS                                                                  \
+	((1U << TUNE_SET_INIT_CWND) | (1U << TUNE_SET_CWND_CLAMP) | (1U << TUNE_SET_RTO_MIN) |     \
+	 (1U << TUNE_SET_DELACK_MAX) | (1U << TUNE_SET_REACT_CALLBACKS))
+
 /* Program-wide counters. */
 enum tune_stat {
 	TUNE_STAT_ACTIVE,      /* active opens seen (TCP_CONNECT_CB) */

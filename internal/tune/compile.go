@@ -146,6 +146,13 @@ const (
 	localAny   = 1 << 6 // same for local prefixes
 )
 
+// settingNeeds names the callback each setting not made at the connection's first full-socket
+// callback needs: the SYN-time replies and the established settings (TUNE_ESTABLISHED_SETTINGS
+// in tune.h, which a test holds against this map). The other settings, but the reactive
+// ones, are socket options (TUNE_SOCKET_SETTINGS).
+var settingNeeds = map[Setting]uint32{SetSynRTO: needSynRTO, SetInitRwnd: needRwnd, SetECN: needECN,
+	SetInitCwnd: needEst, SetCwndClamp: needEst, SetRTOMin: needEst, SetDelackMax: needEst, SetReactCallbacks: needEst}
+
 func compile(p *Policy) *compiled {
 	c := &compiled{rules: expand(p.Rules)}
 	for _, r := range c.rules {
@@ -159,8 +166,7 @@ func compile(p *Policy) *compiled {
 	}
 	for _, pr := range p.Profiles {
 		c.profiles = append(c.profiles, bpfProfile(pr))
-		for s, bit := range map[Setting]uint32{SetSynRTO: needSynRTO, SetInitRwnd: needRwnd, SetECN: needECN,
-			SetInitCwnd: needEst, SetCwndClamp: needEst, SetRTOMin: needEst, SetDelackMax: needEst, SetReactCallbacks: needEst} {
+		for s, bit := range settingNeeds {
 			if pr.Set[s] {
 				c.needs |= bit
 			}
