@@ -76,6 +76,16 @@ struct {
 TUNE_ADDR_TRIE(tune_remote);
 TUNE_ADDR_TRIE(tune_local);
 
+/* key = gen * 2 + side (TUNE_SIDE_*), value = struct tune_ruleset of the rules without a prefix on
+ * that side: the rules of an address no entry of the side's trie contains (the tries hold no /0
+ * entries for them, so a lookup walks only the nodes of real prefixes) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tune_ruleset);
+	__uint(max_entries, 4);
+} tune_any SEC(".maps");
+
 /* key = (gen * TUNE_MAX_RULES + rule) * 2 + arm (0 treated, 1 sampled out), value = per-CPU
  * connection count */
 struct {
@@ -264,39 +274,58 @@ static __always_inline void lpm_key(struct tune_lpm_key *k, __u32 gen, const str
 	__builtin_memcpy(k->addr, addr, 16);
 }
 
+/* rules_of returns the rules of one side whose prefix contains addr: the longest entry of the
+ * side's trie that contains it, or, when none does, the side's rules without a prefix. */
+static __always_inline struct tune_ruleset *rules_of(void *trie, __u32 side, __u32 g,
+						     const struct flow *f, const __u32 *addr)
+{
+	struct tune_ruleset *rs;
+	struct tune_lpm_key k;
+	__u32 key = g * 2 + side;
+
+	lpm_key(&k, g, f, addr);
+	rs = bpf_map_lookup_elem(trie, &k);
+	return rs ? rs : bpf_map_lookup_elem(&tune_any, &key);
+}
+
 /* match finds the connection's rule in the generation of gen (the tune_gen word, read once per
  * program run by the caller, so every table it reads belongs to one policy). It returns the
  * profile (or NULL: no rule, or sampled out) and sets *rule_key to the rule's absolute index
  * (-1 without one) and *arm to the arm. A side no rule constrains (TUNE_*_ANY) is not looked
- * up: its trie would answer every rule of the flow's family. When both sets start with the
- * same rule and it selects the flow's ports and direction, that rule is the answer without a
- * scan (the common case: a rule with no ports, or a policy matching on one side only). */
+ * up: the other side's set is the intersection. When both sets start with the same rule and it
+ * selects the flow's ports and direction, that rule is the answer without a scan (the common
+ * case: a rule with no ports, or a policy matching on one side only). */
 static __always_inline struct tune_profile *match(const struct flow *f, __u32 gen, __s32 *rule_key,
 						  __u32 *arm)
 {
-	struct tune_ruleset *remote, *local;
+	struct tune_ruleset *remote = NULL, *local = NULL;
 	__u32 g = gen & TUNE_GEN_MASK, key;
-	struct tune_lpm_key k;
 	struct tune_rule *r;
 	__s32 n;
 
 	*rule_key = -1;
 	*arm = 0;
-	if (gen & TUNE_LOCAL_ANY) {
-		lpm_key(&k, g, f, f->raddr);
-		remote = bpf_map_lookup_elem(&tune_remote, &k);
-		local = remote;
-	} else {
-		lpm_key(&k, g, f, f->laddr);
-		local = bpf_map_lookup_elem(&tune_local, &k);
-		remote = local;
-		if (!(gen & TUNE_REMOTE_ANY)) {
-			lpm_key(&k, g, f, f->raddr);
-			remote = bpf_map_lookup_elem(&tune_remote, &k);
-		}
+	if (!(gen & TUNE_REMOTE_ANY)) {
+		remote = rules_of(&tune_remote, TUNE_SIDE_REMOTE, g, f, f->raddr);
+		if (!remote)
+			return NULL;
 	}
-	if (!remote || !local)
-		return NULL;
+	if (!(gen & TUNE_LOCAL_ANY)) {
+		local = rules_of(&tune_local, TUNE_SIDE_LOCAL, g, f, f->laddr);
+		if (!local)
+			return NULL;
+	}
+	if (!remote && !local) {
+		/* no rule has a prefix: every rule of the generation */
+		key = g * 2 + TUNE_SIDE_REMOTE;
+		remote = bpf_map_lookup_elem(&tune_any, &key);
+		if (!remote)
+			return NULL;
+	}
+	if (!remote)
+		remote = local;
+	if (!local)
+		local = remote;
 	n = remote->first;
 	r = NULL;
 	if (n >= 0 && n == local->first) {

@@ -21,6 +21,10 @@
 #define TUNE_REMOTE_ANY (1 << 5)
 #define TUNE_LOCAL_ANY	(1 << 6)
 
+/* The sides of a connection, in tune_any's key. */
+#define TUNE_SIDE_REMOTE 0
+#define TUNE_SIDE_LOCAL	 1
+
 /* tune_profile.react_on: what triggers the reactive settings */
 #define TUNE_REACT_RETRANS 1 /* more than react_retrans segments retransmitted */
 #define TUNE_REACT_RTO	   2 /* more than react_rtos consecutive retransmission timeouts */

@@ -76,6 +76,11 @@ func (s *ruleset) first() int32 {
 	return -1
 }
 
+// value is the set as the program reads it (struct tune_ruleset).
+func (s *ruleset) value() tuneTuneRuleset {
+	return tuneTuneRuleset{First: s.first(), Nz: s.nz(), W: *s}
+}
+
 // trieEntry is one LPM entry: family (4/6), prefix, and the rules whose prefix contains it.
 type trieEntry struct {
 	prefix netip.Prefix
@@ -92,13 +97,11 @@ func family(p netip.Prefix) uint8 {
 // buildTrie computes one side's LPM entries. The longest entry containing an address is
 // nested in every rule prefix containing the address, so giving each entry the rules whose
 // prefix contains the entry (plus the rules matching any address) makes one lookup answer
-// "which rules contain this address". Each family gets a /0 entry so every lookup hits.
+// "which rules contain this address". An address no entry contains gets anySet instead: the
+// trie holds only the rules' own prefixes, so a lookup walks no nodes for catch-all entries.
 func buildTrie(rules []crule, side func(crule) netip.Prefix) []trieEntry {
 	seen := map[netip.Prefix]bool{}
-	entries := []netip.Prefix{netip.PrefixFrom(netip.IPv4Unspecified(), 0), netip.PrefixFrom(netip.IPv6Unspecified(), 0)}
-	for _, e := range entries {
-		seen[e] = true
-	}
+	var entries []netip.Prefix
 	for _, r := range rules {
 		if p := side(r); p.IsValid() && !seen[p] {
 			seen[p] = true
@@ -118,6 +121,18 @@ func buildTrie(rules []crule, side func(crule) netip.Prefix) []trieEntry {
 	return out
 }
 
+// anySet is the rules without a prefix on a side (tune_any): those of an address that no
+// entry of the side's trie contains.
+func anySet(rules []crule, side func(crule) netip.Prefix) ruleset {
+	var s ruleset
+	for j, r := range rules {
+		if !side(r).IsValid() {
+			s.add(j)
+		}
+	}
+	return s
+}
+
 func lpmKey(gen uint8, p netip.Prefix) tuneTuneLpmKey {
 	k := tuneTuneLpmKey{Prefixlen: uint32(16 + p.Bits()), Gen: gen, Family: family(p)}
 	b := p.Addr().AsSlice()
@@ -132,7 +147,8 @@ type compiled struct {
 	profiles []tuneTuneProfile
 	remote   []trieEntry
 	local    []trieEntry
-	needs    uint32 // TUNE_NEED_* bits of tune_gen
+	any      [2]ruleset // anySet per side (sideRemote, sideLocal)
+	needs    uint32     // TUNE_NEED_* bits of tune_gen
 }
 
 // tune_gen bits (tune.h): the live generation, then the callbacks its profiles need.
@@ -144,6 +160,9 @@ const (
 	needEst    = 1 << 4
 	remoteAny  = 1 << 5 // no rule has a remote prefix: the program skips that trie
 	localAny   = 1 << 6 // same for local prefixes
+
+	sideRemote = 0 // TUNE_SIDE_*: tune_any's key is gen*2 + side
+	sideLocal  = 1
 )
 
 // settingNeeds names the callback each setting not made at the connection's first full-socket
@@ -172,15 +191,16 @@ func compile(p *Policy) *compiled {
 			}
 		}
 	}
-	c.remote = buildTrie(c.rules, func(r crule) netip.Prefix { return r.remote })
-	c.local = buildTrie(c.rules, func(r crule) netip.Prefix { return r.local })
-	c.needs |= anySide(c.rules, func(r crule) netip.Prefix { return r.remote }, remoteAny)
-	c.needs |= anySide(c.rules, func(r crule) netip.Prefix { return r.local }, localAny)
+	remoteOf, localOf := func(r crule) netip.Prefix { return r.remote }, func(r crule) netip.Prefix { return r.local }
+	c.remote, c.local = buildTrie(c.rules, remoteOf), buildTrie(c.rules, localOf)
+	c.any = [2]ruleset{anySet(c.rules, remoteOf), anySet(c.rules, localOf)}
+	c.needs |= anySide(c.rules, remoteOf, remoteAny)
+	c.needs |= anySide(c.rules, localOf, localAny)
 	return c
 }
 
-// anySide returns bit when no rule has a prefix on that side: the side's trie then holds only
-// the two /0 entries, each with every rule, and the program skips looking it up.
+// anySide returns bit when no rule has a prefix on that side: the side's trie is then empty,
+// every address has every rule, and the program skips looking it up.
 func anySide(rules []crule, side func(crule) netip.Prefix, bit uint32) uint32 {
 	for _, r := range rules {
 		if side(r).IsValid() {
@@ -323,7 +343,7 @@ func anyContains(ps []netip.Prefix, a netip.Addr) bool {
 // lookup simulates the program on the compiled tables (tests hold it against Policy.Match).
 func (c *compiled) lookup(f Flow) int {
 	f = f.normalize()
-	find := func(es []trieEntry, a netip.Addr) *ruleset {
+	find := func(es []trieEntry, a netip.Addr, none *ruleset) *ruleset {
 		var best *trieEntry
 		for i := range es {
 			e := &es[i]
@@ -332,24 +352,26 @@ func (c *compiled) lookup(f Flow) int {
 			}
 		}
 		if best == nil {
-			return nil
+			return none
 		}
 		return &best.rules
 	}
 	// as the program: a side no rule constrains is not looked up
 	var rs, ls *ruleset
-	switch {
-	case c.needs&localAny != 0:
-		rs = find(c.remote, f.Remote)
-		ls = rs
-	case c.needs&remoteAny != 0:
-		ls = find(c.local, f.Local)
-		rs = ls
-	default:
-		rs, ls = find(c.remote, f.Remote), find(c.local, f.Local)
+	if c.needs&remoteAny == 0 {
+		rs = find(c.remote, f.Remote, &c.any[sideRemote])
 	}
-	if rs == nil || ls == nil {
-		return -1
+	if c.needs&localAny == 0 {
+		ls = find(c.local, f.Local, &c.any[sideLocal])
+	}
+	if rs == nil && ls == nil {
+		rs = &c.any[sideRemote]
+	}
+	if rs == nil {
+		rs = ls
+	}
+	if ls == nil {
+		ls = rs
 	}
 	selects := func(i int) bool {
 		r := c.bpfRules[i]
