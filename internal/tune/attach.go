@@ -146,6 +146,11 @@ func swap(m *tuneMaps, rec *Record, c *compiled, pol *Policy, src []byte) (*Reco
 		}
 		return &prev, err
 	}
+	// No run reads the old generation any more: take its prefixes out of the tries, so lookups
+	// walk the live policy's nodes only (the next apply would clear them anyway).
+	if err := clearTries(m, old&genMask); err != nil {
+		slog.Warn("old policy's prefixes stay in the address tries", "name", rec.Name, "err", err)
+	}
 	slog.Debug("policy swapped", "name", rec.Name, "generation", next)
 	return rec, nil
 }
