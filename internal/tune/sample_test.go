@@ -58,14 +58,16 @@ rules: [{match: {remote_port: 5901, direction: active, sample: 50%}, profile: r}
 }
 
 // TestLabManyRules puts the matching rule behind 999 that do not match (its bit lies in the
-// last word of the rule set) and checks the kernel finds it, and that the rule before it in
-// the same word, which matches the address but not the port, is skipped.
+// last word of the rule set) and checks the kernel finds it, and that the rules with its
+// address but another port, the set's first rule (word 0) and the one before it in the same
+// word, are skipped: the scan goes from the first word to the last.
 func TestLabManyRules(t *testing.T) {
 	l := labtest.Up(t, labtest.HostRouterHost)
 	cg := testCgroup(t)
 	var b strings.Builder
 	b.WriteString("profiles: {r: {congestion: reno}, n: {cwnd_clamp: 3}}\nrules:\n")
-	for i := 0; i < 998; i++ {
+	b.WriteString("  - {match: {remote: 198.18.0.0/15, remote_port: 9998}, profile: n}\n")
+	for i := 1; i < 998; i++ {
 		fmt.Fprintf(&b, "  - {match: {remote: 10.%d.%d.0/24}, profile: n}\n", i/250, i%250)
 	}
 	b.WriteString("  - {match: {remote: 198.18.0.0/15, remote_port: 9999}, profile: n}\n")
