@@ -231,8 +231,8 @@ static __always_inline __u32 lowest_bit(__u64 x)
 
 /* scan returns the index of the first rule in both sets that also selects the flow's ports and
  * direction, or -1. Only the words both sets mark in nz are visited. A global function: the
- * verifier checks it once, and it runs only when the sets' first rule does not select the flow
- * (see match). */
+ * verifier checks it once, and it runs only when the sets do not start with one rule that
+ * selects the flow (see match). */
 __noinline int scan(const struct tune_ruleset *rs, const struct tune_ruleset *ls,
 		    const struct flow *f, __u32 base)
 {

@@ -147,8 +147,8 @@ struct tune_lpm_key {
 
 /* The rules (bit i = rule i) whose prefix contains the looked-up address; bit i of nz is set
  * when w[i] is not zero, so a match visits only the words that can hold a rule. first is the
- * lowest rule of the set (-1: none); it comes first so that it shares a cache line with the key
- * the trie lookup has just compared. */
+ * lowest rule of the set (-1: none); it comes first, next to the key the trie lookup has just
+ * compared. */
 struct tune_ruleset {
 	__s32 first;
 	__u32 pad;

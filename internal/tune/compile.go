@@ -167,7 +167,7 @@ const (
 
 // settingNeeds names the callback each setting not made at the connection's first full-socket
 // callback needs: the SYN-time replies and the established settings (TUNE_ESTABLISHED_SETTINGS
-// in tune.h, which a test holds against this map). The other settings, but the reactive
+// in tune.h, which a test holds against this map). The other settings, except the reactive
 // ones, are socket options (TUNE_SOCKET_SETTINGS).
 var settingNeeds = map[Setting]uint32{SetSynRTO: needSynRTO, SetInitRwnd: needRwnd, SetECN: needECN,
 	SetInitCwnd: needEst, SetCwndClamp: needEst, SetRTOMin: needEst, SetDelackMax: needEst, SetReactCallbacks: needEst}
