@@ -76,6 +76,16 @@ struct {
 TUNE_ADDR_TRIE(tune_remote);
 TUNE_ADDR_TRIE(tune_local);
 
+/* key = gen * 2 + side (TUNE_SIDE_*), value = struct tune_ruleset of the rules without a prefix on
+ * that side: the rules of an address no entry of the side's trie contains (the tries hold no /0
+ * entries for them, so a lookup walks only the nodes of real prefixes) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct tune_ruleset);
+	__uint(max_entries, 4);
+} tune_any SEC(".maps");
+
 /* key = (gen * TUNE_MAX_RULES + rule) * 2 + arm (0 treated, 1 sampled out), value = per-CPU
  * connection count */
 struct {
@@ -195,52 +205,63 @@ static __always_inline int rule_selects(const struct tune_rule *r, const struct 
 	       f->lport >= r->lport_lo && f->lport <= r->lport_hi;
 }
 
-/* Open-coded numeric iterators (kfuncs): the verifier checks a loop body until its states
- * converge instead of once per iteration, which keeps the two nested scans cheap to load. */
-extern int bpf_iter_num_new(struct bpf_iter_num *it, int start, int end) __ksym;
-extern int *bpf_iter_num_next(struct bpf_iter_num *it) __ksym;
-extern void bpf_iter_num_destroy(struct bpf_iter_num *it) __ksym;
+/* can_loop is true until the loop budget the verifier gives the program runs out: the may_goto
+ * instruction (Linux >= 6.9; written as bytes so that clang 14 assembles it). The verifier
+ * checks a loop it guards until its states converge, as for an open-coded iterator, and at run
+ * time it costs a decrement of a stack counter instead of a kfunc call per iteration. */
+#define can_loop                                                                                   \
+	({                                                                                         \
+		__label__ l_break, l_continue;                                                     \
+		int ok = 1;                                                                        \
+		asm volatile goto(                                                                 \
+		    "1: .byte 0xe5; .byte 0;"                                                      \
+		    ".long ((%l[l_break] - 1b - 8) / 8) & 0xffff; .short 0" :: ::l_break);         \
+		goto l_continue;                                                                   \
+	l_break:                                                                                   \
+		ok = 0;                                                                            \
+	l_continue:                                                                                \
+		ok;                                                                                \
+	})
 
-/* scan returns the first rule in both sets that also selects ports and direction (its index in
- * *idx), or NULL. Only the words both sets mark in nz are visited. */
-static __always_inline struct tune_rule *scan(const struct tune_ruleset *rs,
-					      const struct tune_ruleset *ls, const struct flow *f,
-					      __u32 base, __s32 *idx)
+/* lowest_bit is the index of the lowest set bit of x (x != 0). */
+static __always_inline __u32 lowest_bit(__u64 x)
 {
-	struct bpf_iter_num words, bits_it;
-	struct tune_rule *found = NULL;
-	__u64 nz = rs->nz & ls->nz;
-	int *w, *b;
+	return debruijn[((x & -x) * 0x03f79d71b4ca8b09ULL) >> 58];
+}
 
-	bpf_iter_num_new(&words, 0, TUNE_WORDS);
-	while (nz && (w = bpf_iter_num_next(&words))) {
-		__u64 lw = nz & -nz;
-		__u32 i = debruijn[(lw * 0x03f79d71b4ca8b09ULL) >> 58] & (TUNE_WORDS - 1);
-		__u64 bits = rs->w[i] & ls->w[i];
+/* scan returns the index of the first rule in both sets that also selects the flow's ports and
+ * direction, or -1. Only the words both sets mark in nz are visited. A global function: the
+ * verifier checks it once, and it runs only when the sets do not start with one rule that
+ * selects the flow (see match). */
+__noinline int scan(const struct tune_ruleset *rs, const struct tune_ruleset *ls,
+		    const struct flow *f, __u32 base)
+{
+	__u64 nz, bits = 0;
+	__u32 i = 0;
 
-		nz &= nz - 1;
-		if (!bits)
+	if (!rs || !ls || !f)
+		return -1;
+	nz = rs->nz & ls->nz;
+	while (can_loop) {
+		struct tune_rule *r;
+		__u32 n, key;
+
+		if (!bits) {
+			if (!nz)
+				return -1;
+			i = lowest_bit(nz) & (TUNE_WORDS - 1);
+			nz &= nz - 1;
+			bits = rs->w[i] & ls->w[i];
 			continue;
-		bpf_iter_num_new(&bits_it, 0, 64);
-		while (bits && (b = bpf_iter_num_next(&bits_it))) {
-			__u64 low = bits & -bits;
-			__u32 n = i * 64 + debruijn[(low * 0x03f79d71b4ca8b09ULL) >> 58];
-			__u32 key = base + n;
-			struct tune_rule *r = bpf_map_lookup_elem(&tune_rules, &key);
-
-			if (r && rule_selects(r, f)) {
-				found = r;
-				*idx = n;
-				break;
-			}
-			bits &= bits - 1;
 		}
-		bpf_iter_num_destroy(&bits_it);
-		if (found)
-			break;
+		n = i * 64 + lowest_bit(bits);
+		bits &= bits - 1;
+		key = base + n;
+		r = bpf_map_lookup_elem(&tune_rules, &key);
+		if (r && rule_selects(r, f))
+			return n;
 	}
-	bpf_iter_num_destroy(&words);
-	return found;
+	return -1;
 }
 
 static __always_inline void lpm_key(struct tune_lpm_key *k, __u32 gen, const struct flow *f,
@@ -253,41 +274,76 @@ static __always_inline void lpm_key(struct tune_lpm_key *k, __u32 gen, const str
 	__builtin_memcpy(k->addr, addr, 16);
 }
 
+/* rules_of returns the rules of one side whose prefix contains addr: the longest entry of the
+ * side's trie that contains it, or, when none does, the side's rules without a prefix. */
+static __always_inline struct tune_ruleset *rules_of(void *trie, __u32 side, __u32 g,
+						     const struct flow *f, const __u32 *addr)
+{
+	struct tune_ruleset *rs;
+	struct tune_lpm_key k;
+	__u32 key = g * 2 + side;
+
+	lpm_key(&k, g, f, addr);
+	rs = bpf_map_lookup_elem(trie, &k);
+	return rs ? rs : bpf_map_lookup_elem(&tune_any, &key);
+}
+
 /* match finds the connection's rule in the generation of gen (the tune_gen word, read once per
  * program run by the caller, so every table it reads belongs to one policy). It returns the
  * profile (or NULL: no rule, or sampled out) and sets *rule_key to the rule's absolute index
  * (-1 without one) and *arm to the arm. A side no rule constrains (TUNE_*_ANY) is not looked
- * up: its trie would answer every rule of the flow's family. */
+ * up: the other side's set is the intersection. When both sets start with the same rule and it
+ * selects the flow's ports and direction, that rule is the answer without a scan (the common
+ * case: a rule with no ports, or a policy matching on one side only). */
 static __always_inline struct tune_profile *match(const struct flow *f, __u32 gen, __s32 *rule_key,
 						  __u32 *arm)
 {
-	struct tune_ruleset *remote, *local;
+	struct tune_ruleset *remote = NULL, *local = NULL;
 	__u32 g = gen & TUNE_GEN_MASK, key;
-	struct tune_lpm_key k;
 	struct tune_rule *r;
-	__s32 found = -1;
+	__s32 n;
 
 	*rule_key = -1;
 	*arm = 0;
-	if (gen & TUNE_LOCAL_ANY) {
-		lpm_key(&k, g, f, f->raddr);
-		remote = bpf_map_lookup_elem(&tune_remote, &k);
-		local = remote;
-	} else {
-		lpm_key(&k, g, f, f->laddr);
-		local = bpf_map_lookup_elem(&tune_local, &k);
-		remote = local;
-		if (!(gen & TUNE_REMOTE_ANY)) {
-			lpm_key(&k, g, f, f->raddr);
-			remote = bpf_map_lookup_elem(&tune_remote, &k);
-		}
+	if (!(gen & TUNE_REMOTE_ANY)) {
+		remote = rules_of(&tune_remote, TUNE_SIDE_REMOTE, g, f, f->raddr);
+		if (!remote)
+			return NULL;
 	}
-	if (!remote || !local)
-		return NULL;
-	r = scan(remote, local, f, g * TUNE_MAX_RULES, &found);
-	if (!r || found < 0 || found >= TUNE_MAX_RULES)
-		return NULL;
-	*rule_key = g * TUNE_MAX_RULES + found;
+	if (!(gen & TUNE_LOCAL_ANY)) {
+		local = rules_of(&tune_local, TUNE_SIDE_LOCAL, g, f, f->laddr);
+		if (!local)
+			return NULL;
+	}
+	if (!remote && !local) {
+		/* no rule has a prefix: every rule of the generation */
+		key = g * 2 + TUNE_SIDE_REMOTE;
+		remote = bpf_map_lookup_elem(&tune_any, &key);
+		if (!remote)
+			return NULL;
+	}
+	if (!remote)
+		remote = local;
+	if (!local)
+		local = remote;
+	n = remote->first;
+	r = NULL;
+	if (n >= 0 && n == local->first) {
+		key = g * TUNE_MAX_RULES + (n & (TUNE_MAX_RULES - 1));
+		r = bpf_map_lookup_elem(&tune_rules, &key);
+		if (r && !rule_selects(r, f))
+			r = NULL;
+	}
+	if (!r) {
+		n = scan(remote, local, f, g * TUNE_MAX_RULES);
+		if (n < 0)
+			return NULL;
+		key = g * TUNE_MAX_RULES + (n & (TUNE_MAX_RULES - 1));
+		r = bpf_map_lookup_elem(&tune_rules, &key);
+		if (!r)
+			return NULL;
+	}
+	*rule_key = key;
 	if (r->sample < (1ULL << 32) && (__u64)flow_hash(f) >= r->sample) {
 		*arm = 1;
 		return NULL;
@@ -544,7 +600,8 @@ int tune_sockops(struct bpf_sock_ops *s)
 
 	switch (op) {
 	case BPF_SOCK_OPS_TCP_CONNECT_CB:
-		apply_socket(s, p);
+		if (p->set & TUNE_SOCKET_SETTINGS)
+			apply_socket(s, p);
 		break;
 	case BPF_SOCK_OPS_TIMEOUT_INIT:
 		if (has(p, TUNE_SET_SYN_RTO)) {
@@ -565,13 +622,19 @@ int tune_sockops(struct bpf_sock_ops *s)
 		}
 		break;
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-		remember(s, p);
-		apply_established(s, p);
+		/* the profile's set word says which calls have work to do (each costs a call) */
+		if (has(p, TUNE_SET_REACT_CALLBACKS))
+			remember(s, p);
+		if (p->set & TUNE_ESTABLISHED_SETTINGS)
+			apply_established(s, p);
 		break;
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		remember(s, p);
-		apply_socket(s, p);
-		apply_established(s, p);
+		if (has(p, TUNE_SET_REACT_CALLBACKS))
+			remember(s, p);
+		if (p->set & TUNE_SOCKET_SETTINGS)
+			apply_socket(s, p);
+		if (p->set & TUNE_ESTABLISHED_SETTINGS)
+			apply_established(s, p);
 		break;
 	}
 	return 1;

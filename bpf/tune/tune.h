@@ -21,6 +21,10 @@
 #define TUNE_REMOTE_ANY (1 << 5)
 #define TUNE_LOCAL_ANY	(1 << 6)
 
+/* The sides of a connection, in tune_any's key. */
+#define TUNE_SIDE_REMOTE 0
+#define TUNE_SIDE_LOCAL	 1
+
 /* tune_profile.react_on: what triggers the reactive settings */
 #define TUNE_REACT_RETRANS 1 /* more than react_retrans segments retransmitted */
 #define TUNE_REACT_RTO	   2 /* more than react_rtos consecutive retransmission timeouts */
@@ -59,6 +63,19 @@ enum tune_setting {
 	TUNE_SET_REACT_CALLBACKS, /* enabling RETRANS / RTO callbacks for reactive settings */
 	TUNE_SET_MAX,
 };
+
+/* The settings apply_socket makes (socket options, before the SYN on an active open) and those
+ * apply_established makes: a profile with none of either skips that call. */
+#define TUNE_SOCKET_SETTINGS                                                                       \
+	((1U << TUNE_SET_CONGESTION) | (1U << TUNE_SET_SNDBUF) | (1U << TUNE_SET_RCVBUF) |         \
+	 (1U << TUNE_SET_MSS) | (1U << TUNE_SET_WINDOW_CLAMP) | (1U << TUNE_SET_PACING) |          \
+	 (1U << TUNE_SET_MARK) | (1U << TUNE_SET_PRIORITY) | (1U << TUNE_SET_TOS) |                \
+	 (1U << TUNE_SET_NOTSENT_LOWAT) | (1U << TUNE_SET_NODELAY) | (1U << TUNE_SET_KEEPALIVE) |  \
+	 (1U << TUNE_SET_KEEPIDLE) | (1U << TUNE_SET_KEEPINTVL) | (1U << TUNE_SET_KEEPCNT) |       \
+	 (1U << TUNE_SET_USER_TIMEOUT) | (1U << TUNE_SET_RTO_MAX))
+#define TUNE_ESTABLISHED_SETTINGS                                                                  \
+	((1U << TUNE_SET_INIT_CWND) | (1U << TUNE_SET_CWND_CLAMP) | (1U << TUNE_SET_RTO_MIN) |     \
+	 (1U << TUNE_SET_DELACK_MAX) | (1U << TUNE_SET_REACT_CALLBACKS))
 
 /* Program-wide counters. */
 enum tune_stat {
@@ -129,10 +146,14 @@ struct tune_lpm_key {
 };
 
 /* The rules (bit i = rule i) whose prefix contains the looked-up address; bit i of nz is set
- * when w[i] is not zero, so a match visits only the words that can hold a rule. */
+ * when w[i] is not zero, so a match visits only the words that can hold a rule. first is the
+ * lowest rule of the set (-1: none); it comes first, next to the key the trie lookup has just
+ * compared. */
 struct tune_ruleset {
-	__u64 w[TUNE_WORDS];
+	__s32 first;
+	__u32 pad;
 	__u64 nz;
+	__u64 w[TUNE_WORDS];
 };
 
 /* Key of the kernel-refusal counters. */

@@ -59,6 +59,7 @@ var mapPins = []struct {
 	{"profiles", func(m *tuneMaps) **ebpf.Map { return &m.TuneProfiles }},
 	{"remote", func(m *tuneMaps) **ebpf.Map { return &m.TuneRemote }},
 	{"local", func(m *tuneMaps) **ebpf.Map { return &m.TuneLocal }},
+	{"any", func(m *tuneMaps) **ebpf.Map { return &m.TuneAny }},
 	{"hits", func(m *tuneMaps) **ebpf.Map { return &m.TuneHits }},
 	{"stats", func(m *tuneMaps) **ebpf.Map { return &m.TuneStats }},
 	{"applied", func(m *tuneMaps) **ebpf.Map { return &m.TuneApplied }},
@@ -144,6 +145,11 @@ func swap(m *tuneMaps, rec *Record, c *compiled, pol *Policy, src []byte) (*Reco
 			return nil, fmt.Errorf("%w; restoring the previous policy also failed: %v", err, rerr)
 		}
 		return &prev, err
+	}
+	// No run reads the old generation any more: take its prefixes out of the tries, so lookups
+	// walk the live policy's nodes only (the next apply would clear them anyway).
+	if err := clearTries(m, old&genMask); err != nil {
+		slog.Warn("old policy's prefixes stay in the address tries", "name", rec.Name, "err", err)
 	}
 	slog.Debug("policy swapped", "name", rec.Name, "generation", next)
 	return rec, nil
@@ -267,14 +273,34 @@ func fill(m *tuneMaps, gen uint32, c *compiled) error {
 			return fmt.Errorf("reset hits: %w", err)
 		}
 	}
+	if err := clearTries(m, gen); err != nil {
+		return err
+	}
 	for _, side := range []struct {
 		m  *ebpf.Map
 		es []trieEntry
 	}{{m.TuneRemote, c.remote}, {m.TuneLocal, c.local}} {
+		for _, e := range side.es {
+			if err := side.m.Update(lpmKey(uint8(gen), e.prefix), e.rules.value(), ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("write address trie entry %s: %w", e.prefix, err)
+			}
+		}
+	}
+	for side, rs := range c.any {
+		if err := m.TuneAny.Update(gen*2+uint32(side), rs.value(), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("write the rules without a prefix: %w", err)
+		}
+	}
+	return nil
+}
+
+// clearTries deletes generation gen's entries from both address tries.
+func clearTries(m *tuneMaps, gen uint32) error {
+	for _, trie := range []*ebpf.Map{m.TuneRemote, m.TuneLocal} {
 		var stale []tuneTuneLpmKey
 		var k tuneTuneLpmKey
 		var v tuneTuneRuleset
-		it := side.m.Iterate()
+		it := trie.Iterate()
 		for it.Next(&k, &v) {
 			if uint32(k.Gen) == gen {
 				stale = append(stale, k)
@@ -284,13 +310,8 @@ func fill(m *tuneMaps, gen uint32, c *compiled) error {
 			return fmt.Errorf("list address tries: %w", err)
 		}
 		for _, k := range stale {
-			if err := side.m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			if err := trie.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 				return fmt.Errorf("clear address trie: %w", err)
-			}
-		}
-		for _, e := range side.es {
-			if err := side.m.Update(lpmKey(uint8(gen), e.prefix), tuneTuneRuleset{W: e.rules, Nz: e.rules.nz()}, ebpf.UpdateAny); err != nil {
-				return fmt.Errorf("write address trie entry %s: %w", e.prefix, err)
 			}
 		}
 	}

@@ -66,6 +66,21 @@ func (s *ruleset) nz() uint64 {
 	return m
 }
 
+// first is the lowest rule of the set (tune_ruleset.first), -1 when it is empty.
+func (s *ruleset) first() int32 {
+	for i, w := range s {
+		if w != 0 {
+			return int32(i*64 + bits.TrailingZeros64(w))
+		}
+	}
+	return -1
+}
+
+// value is the set as the program reads it (struct tune_ruleset).
+func (s *ruleset) value() tuneTuneRuleset {
+	return tuneTuneRuleset{First: s.first(), Nz: s.nz(), W: *s}
+}
+
 // trieEntry is one LPM entry: family (4/6), prefix, and the rules whose prefix contains it.
 type trieEntry struct {
 	prefix netip.Prefix
@@ -82,13 +97,11 @@ func family(p netip.Prefix) uint8 {
 // buildTrie computes one side's LPM entries. The longest entry containing an address is
 // nested in every rule prefix containing the address, so giving each entry the rules whose
 // prefix contains the entry (plus the rules matching any address) makes one lookup answer
-// "which rules contain this address". Each family gets a /0 entry so every lookup hits.
+// "which rules contain this address". An address no entry contains gets anySet instead: the
+// trie holds only the rules' own prefixes, so a lookup walks no nodes for catch-all entries.
 func buildTrie(rules []crule, side func(crule) netip.Prefix) []trieEntry {
 	seen := map[netip.Prefix]bool{}
-	entries := []netip.Prefix{netip.PrefixFrom(netip.IPv4Unspecified(), 0), netip.PrefixFrom(netip.IPv6Unspecified(), 0)}
-	for _, e := range entries {
-		seen[e] = true
-	}
+	var entries []netip.Prefix
 	for _, r := range rules {
 		if p := side(r); p.IsValid() && !seen[p] {
 			seen[p] = true
@@ -108,6 +121,18 @@ func buildTrie(rules []crule, side func(crule) netip.Prefix) []trieEntry {
 	return out
 }
 
+// anySet is the rules without a prefix on a side (tune_any): those of an address that no
+// entry of the side's trie contains.
+func anySet(rules []crule, side func(crule) netip.Prefix) ruleset {
+	var s ruleset
+	for j, r := range rules {
+		if !side(r).IsValid() {
+			s.add(j)
+		}
+	}
+	return s
+}
+
 func lpmKey(gen uint8, p netip.Prefix) tuneTuneLpmKey {
 	k := tuneTuneLpmKey{Prefixlen: uint32(16 + p.Bits()), Gen: gen, Family: family(p)}
 	b := p.Addr().AsSlice()
@@ -122,7 +147,8 @@ type compiled struct {
 	profiles []tuneTuneProfile
 	remote   []trieEntry
 	local    []trieEntry
-	needs    uint32 // TUNE_NEED_* bits of tune_gen
+	any      [2]ruleset // anySet per side (sideRemote, sideLocal)
+	needs    uint32     // TUNE_NEED_* bits of tune_gen
 }
 
 // tune_gen bits (tune.h): the live generation, then the callbacks its profiles need.
@@ -134,7 +160,17 @@ const (
 	needEst    = 1 << 4
 	remoteAny  = 1 << 5 // no rule has a remote prefix: the program skips that trie
 	localAny   = 1 << 6 // same for local prefixes
+
+	sideRemote = 0 // TUNE_SIDE_*: tune_any's key is gen*2 + side
+	sideLocal  = 1
 )
+
+// settingNeeds names the callback each setting not made at the connection's first full-socket
+// callback needs: the SYN-time replies and the established settings (TUNE_ESTABLISHED_SETTINGS
+// in tune.h, which a test holds against this map). The other settings, except the reactive
+// ones, are socket options (TUNE_SOCKET_SETTINGS).
+var settingNeeds = map[Setting]uint32{SetSynRTO: needSynRTO, SetInitRwnd: needRwnd, SetECN: needECN,
+	SetInitCwnd: needEst, SetCwndClamp: needEst, SetRTOMin: needEst, SetDelackMax: needEst, SetReactCallbacks: needEst}
 
 func compile(p *Policy) *compiled {
 	c := &compiled{rules: expand(p.Rules)}
@@ -149,22 +185,22 @@ func compile(p *Policy) *compiled {
 	}
 	for _, pr := range p.Profiles {
 		c.profiles = append(c.profiles, bpfProfile(pr))
-		for s, bit := range map[Setting]uint32{SetSynRTO: needSynRTO, SetInitRwnd: needRwnd, SetECN: needECN,
-			SetInitCwnd: needEst, SetCwndClamp: needEst, SetRTOMin: needEst, SetDelackMax: needEst, SetReactCallbacks: needEst} {
+		for s, bit := range settingNeeds {
 			if pr.Set[s] {
 				c.needs |= bit
 			}
 		}
 	}
-	c.remote = buildTrie(c.rules, func(r crule) netip.Prefix { return r.remote })
-	c.local = buildTrie(c.rules, func(r crule) netip.Prefix { return r.local })
-	c.needs |= anySide(c.rules, func(r crule) netip.Prefix { return r.remote }, remoteAny)
-	c.needs |= anySide(c.rules, func(r crule) netip.Prefix { return r.local }, localAny)
+	remoteOf, localOf := func(r crule) netip.Prefix { return r.remote }, func(r crule) netip.Prefix { return r.local }
+	c.remote, c.local = buildTrie(c.rules, remoteOf), buildTrie(c.rules, localOf)
+	c.any = [2]ruleset{anySet(c.rules, remoteOf), anySet(c.rules, localOf)}
+	c.needs |= anySide(c.rules, remoteOf, remoteAny)
+	c.needs |= anySide(c.rules, localOf, localAny)
 	return c
 }
 
-// anySide returns bit when no rule has a prefix on that side: the side's trie then holds only
-// the two /0 entries, each with every rule, and the program skips looking it up.
+// anySide returns bit when no rule has a prefix on that side: the side's trie is then empty,
+// every address has every rule, and the program skips looking it up.
 func anySide(rules []crule, side func(crule) netip.Prefix, bit uint32) uint32 {
 	for _, r := range rules {
 		if side(r).IsValid() {
@@ -307,7 +343,7 @@ func anyContains(ps []netip.Prefix, a netip.Addr) bool {
 // lookup simulates the program on the compiled tables (tests hold it against Policy.Match).
 func (c *compiled) lookup(f Flow) int {
 	f = f.normalize()
-	find := func(es []trieEntry, a netip.Addr) *ruleset {
+	find := func(es []trieEntry, a netip.Addr, none *ruleset) *ruleset {
 		var best *trieEntry
 		for i := range es {
 			e := &es[i]
@@ -316,33 +352,43 @@ func (c *compiled) lookup(f Flow) int {
 			}
 		}
 		if best == nil {
-			return nil
+			return none
 		}
 		return &best.rules
 	}
 	// as the program: a side no rule constrains is not looked up
 	var rs, ls *ruleset
-	switch {
-	case c.needs&localAny != 0:
-		rs = find(c.remote, f.Remote)
-		ls = rs
-	case c.needs&remoteAny != 0:
-		ls = find(c.local, f.Local)
-		rs = ls
-	default:
-		rs, ls = find(c.remote, f.Remote), find(c.local, f.Local)
+	if c.needs&remoteAny == 0 {
+		rs = find(c.remote, f.Remote, &c.any[sideRemote])
 	}
-	if rs == nil || ls == nil {
-		return -1
+	if c.needs&localAny == 0 {
+		ls = find(c.local, f.Local, &c.any[sideLocal])
+	}
+	if rs == nil && ls == nil {
+		rs = &c.any[sideRemote]
+	}
+	if rs == nil {
+		rs = ls
+	}
+	if ls == nil {
+		ls = rs
+	}
+	selects := func(i int) bool {
+		r := c.bpfRules[i]
+		return uint8(f.Dir)&r.Dir != 0 && f.RemotePort >= r.RportLo && f.RemotePort <= r.RportHi &&
+			f.LocalPort >= r.LportLo && f.LocalPort <= r.LportHi
+	}
+	// as the program: both sets starting with the same rule that selects the flow answer
+	// without a scan
+	if i := rs.first(); i >= 0 && i == ls.first() && selects(int(i)) {
+		return c.rules[i].logical
 	}
 	for nz := rs.nz() & ls.nz(); nz != 0; nz &= nz - 1 {
 		w := bits.TrailingZeros64(nz)
 		b := rs[w] & ls[w]
 		for b != 0 {
 			i := w*64 + bits.TrailingZeros64(b)
-			r := c.bpfRules[i]
-			if uint8(f.Dir)&r.Dir != 0 && f.RemotePort >= r.RportLo && f.RemotePort <= r.RportHi &&
-				f.LocalPort >= r.LportLo && f.LocalPort <= r.LportHi {
+			if selects(i) {
 				return c.rules[i].logical
 			}
 			b &= b - 1

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -266,6 +267,50 @@ func TestTableSizesMatchProgram(t *testing.T) {
 	}
 	if n := spec.Maps["tune_applied"].MaxEntries; n != uint32(setMax) {
 		t.Errorf("tune_applied holds %d settings, Go knows %d", n, setMax)
+	}
+}
+
+// TestSettingMasksMatchCallbacks holds the program's TUNE_SOCKET_SETTINGS and
+// TUNE_ESTABLISHED_SETTINGS (a profile without any of them skips apply_socket or
+// apply_established) against the callbacks compile knows each setting needs: every setting is
+// a socket option, an established setting, a SYN-time reply or a reaction, exactly one.
+func TestSettingMasksMatchCallbacks(t *testing.T) {
+	src, err := os.ReadFile("../../bpf/tune/tune.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := string(src)
+	enum := regexp.MustCompile(`(?s)enum tune_setting \{(.*?)\};`).FindStringSubmatch(h)
+	if enum == nil {
+		t.Fatal("no enum tune_setting in tune.h")
+	}
+	index := map[string]Setting{}
+	for i, m := range regexp.MustCompile(`TUNE_SET_(\w+),`).FindAllStringSubmatch(enum[1], -1) {
+		index[m[1]] = Setting(i)
+	}
+	if len(index) != int(setMax)+1 { // and TUNE_SET_MAX
+		t.Fatalf("tune.h has %d settings, Go %d", len(index)-1, setMax)
+	}
+	mask := func(name string) map[Setting]bool {
+		def := regexp.MustCompile(`(?s)#define ` + name + `\s*\\\n(.*?)\)\n`).FindStringSubmatch(h)
+		if def == nil {
+			t.Fatalf("no %s in tune.h", name)
+		}
+		set := map[Setting]bool{}
+		for _, m := range regexp.MustCompile(`TUNE_SET_(\w+)`).FindAllStringSubmatch(def[1], -1) {
+			set[index[m[1]]] = true
+		}
+		return set
+	}
+	socket, est := mask("TUNE_SOCKET_SETTINGS"), mask("TUNE_ESTABLISHED_SETTINGS")
+	for s := Setting(0); s < setMax; s++ {
+		need, hasNeed := settingNeeds[s]
+		reaction := s == SetReactCongestion || s == SetReactCwndClamp
+		wantEst := hasNeed && need == needEst
+		wantSocket := !hasNeed && !reaction
+		if est[s] != wantEst || socket[s] != wantSocket {
+			t.Errorf("%s: in TUNE_ESTABLISHED_SETTINGS %v (want %v), in TUNE_SOCKET_SETTINGS %v (want %v)", s, est[s], wantEst, socket[s], wantSocket)
+		}
 	}
 }
 

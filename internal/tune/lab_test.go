@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/lab/labtest"
 	"github.com/flowplane/flowplane/internal/testenv"
@@ -432,7 +434,8 @@ func atoi(s string) int {
 
 // TestLabReapplyNoUntunedWindow re-applies two alternating policies (both select every
 // connection) 20 times while connections open continuously: no connection may fall between
-// them (unmatched stays 0), and the program is never detached.
+// them (unmatched stays 0), the program is never detached, and the last swap leaves no prefix
+// of the policy it replaced in the tries (b's 10.0.0.0/8).
 func TestLabReapplyNoUntunedWindow(t *testing.T) {
 	l := labtest.Up(t, labtest.HostRouterHost)
 	cg := testCgroup(t)
@@ -467,6 +470,21 @@ func TestLabReapplyNoUntunedWindow(t *testing.T) {
 	opened := st.Counters["active"] + st.Counters["passive"]
 	if st.Counters["unmatched"] != 0 || opened < 20 {
 		t.Errorf("counters %v: want no unmatched connection among many", st.Counters)
+	}
+	// after each swap the old policy's prefixes leave the tries: only the live one's remain
+	m, err := openPinned(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var key tuneTuneLpmKey
+	var v tuneTuneRuleset
+	for _, trie := range []*ebpf.Map{m.TuneRemote, m.TuneLocal} {
+		for it := trie.Iterate(); it.Next(&key, &v); {
+			if uint32(key.Gen) != st.Generation {
+				t.Errorf("trie %s holds a prefix of generation %d; %d is live", trie, key.Gen, st.Generation)
+			}
+		}
 	}
 	t.Logf("%d opens across 20 re-applies, none untuned", opened)
 }

@@ -58,14 +58,16 @@ rules: [{match: {remote_port: 5901, direction: active, sample: 50%}, profile: r}
 }
 
 // TestLabManyRules puts the matching rule behind 999 that do not match (its bit lies in the
-// last word of the rule set) and checks the kernel finds it, and that the rule before it in
-// the same word, which matches the address but not the port, is skipped.
+// last word of the rule set) and checks the kernel finds it, and that the rules with its
+// address but another port, the set's first rule (word 0) and the one before it in the same
+// word, are skipped: the scan goes from the first word to the last.
 func TestLabManyRules(t *testing.T) {
 	l := labtest.Up(t, labtest.HostRouterHost)
 	cg := testCgroup(t)
 	var b strings.Builder
 	b.WriteString("profiles: {r: {congestion: reno}, n: {cwnd_clamp: 3}}\nrules:\n")
-	for i := 0; i < 998; i++ {
+	b.WriteString("  - {match: {remote: 198.18.0.0/15, remote_port: 9998}, profile: n}\n")
+	for i := 1; i < 998; i++ {
 		fmt.Fprintf(&b, "  - {match: {remote: 10.%d.%d.0/24}, profile: n}\n", i/250, i%250)
 	}
 	b.WriteString("  - {match: {remote: 198.18.0.0/15, remote_port: 9999}, profile: n}\n")
@@ -84,5 +86,62 @@ func TestLabManyRules(t *testing.T) {
 	}
 	if st.Rules[999].Treated != 1 || st.Counters["unmatched"] != 1 { // the passive side matches no rule
 		t.Errorf("rule 999 hits %d, counters %v", st.Rules[999].Treated, st.Counters)
+	}
+}
+
+// TestLabMatchBothSides matches on remote and local prefixes at once, where the program may
+// skip the bit-set scan: when both trie entries start with the same rule and it selects the
+// flow, that rule wins at once; otherwise the scan must find the rule. The four connections
+// take each path (h1 and h2 are the lab's hosts):
+//
+//	active  h1→h2:5011  entries start with rules 1 and 2 (differ): scan finds rule 2
+//	active  h1→h2:5012  differ: scan passes rule 2 (port), finds rule 3
+//	passive h2:5011     both start with rule 0, which selects: no scan
+//	passive h2:5012     both start with rule 0, which does not (port): scan finds rule 4
+func TestLabMatchBothSides(t *testing.T) {
+	l := labtest.Up(t, labtest.HostRouterHost)
+	cg := testCgroup(t)
+	h1, h2 := labtest.Addr(t, l, "h1", "4"), labtest.Addr(t, l, "h2", "4")
+	src := fmt.Sprintf(`
+profiles: {r: {congestion: reno}, n: {cwnd_clamp: 7}, c: {cwnd_clamp: 3}}
+rules:
+  - {match: {remote: %[1]s/32, local: %[2]s/32, local_port: 5011, direction: passive}, profile: r}
+  - {match: {remote: %[2]s/32, local: 10.9.0.0/16}, profile: c}
+  - {match: {remote: %[2]s/32, local: %[1]s/32, remote_port: 5011}, profile: r}
+  - {match: {local: %[1]s/32, remote_port: 5012}, profile: n}
+  - {match: {remote: %[1]s/32, local: %[2]s/32, local_port: 5012, direction: passive}, profile: n}
+`, h1, h2)
+	pol, name := applyTest(t, src, cg)
+	startHelper(t, l, "h2", cg, "hold-server", ":5011", ":5012")
+	startHelper(t, l, "h1", cg, "hold-client", net.JoinHostPort(h2, "5011"), net.JoinHostPort(h2, "5012"))
+	for _, c := range []struct {
+		what, node, filter string
+		flow               Flow
+		rule               int
+	}{
+		{"active h1→h2:5011", "h1", "dst " + h2 + ":5011", Flow{Remote: mustAddr(h2), Local: mustAddr(h1), RemotePort: 5011, Dir: Active}, 2},
+		{"active h1→h2:5012", "h1", "dst " + h2 + ":5012", Flow{Remote: mustAddr(h2), Local: mustAddr(h1), RemotePort: 5012, Dir: Active}, 3},
+		{"passive h2:5011", "h2", "sport = :5011", Flow{Remote: mustAddr(h1), Local: mustAddr(h2), LocalPort: 5011, Dir: Passive}, 0},
+		{"passive h2:5012", "h2", "sport = :5012", Flow{Remote: mustAddr(h1), Local: mustAddr(h2), LocalPort: 5012, Dir: Passive}, 4},
+	} {
+		if got := pol.Match(c.flow).Rule; got != c.rule {
+			t.Fatalf("%s: explain matches rule %d, the test expects %d", c.what, got, c.rule)
+		}
+		conn := ssFind(t, l, c.node, c.filter)
+		// the clamp holds cwnd (ss omits ssthresh under bbr)
+		reno, cwnd := c.rule == 0 || c.rule == 2, conn.num(t, "cwnd")
+		if conn.has("reno") != reno || (cwnd == 7) == reno || cwnd == 3 {
+			t.Errorf("%s: want rule %d's profile (%s): %s", c.what, c.rule, map[bool]string{true: "reno", false: "cwnd_clamp 7"}[reno], conn.line)
+		}
+	}
+	k, _ := HostKernel()
+	st, err := ReadStatus(name, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []uint64{1, 0, 1, 1, 1} {
+		if st.Rules[i].Treated != want {
+			t.Errorf("rule %d hits %d, want %d (counters %v)", i, st.Rules[i].Treated, want, st.Counters)
+		}
 	}
 }
