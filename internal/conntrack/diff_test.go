@@ -80,6 +80,32 @@ func (d *diffLab) setup() {
 	// Resolve neighbours before the hosts stop answering anything.
 	labtest.Run(t, d.l, "h1", "ping", "-c", "1", "-W", "2", d.h2.String())
 	labtest.Run(t, d.l, "h1", "ping", "-6", "-c", "1", "-W", "2", d.h26.String())
+	// Pin r1's neighbours: the hosts' drop-all input chain would also swallow the NDP probes
+	// of an entry gone stale, and the next packets would wait for a neighbour that never answers.
+	if err := nsrun.Do(d.l.Netns("r1"), func() error {
+		for _, n := range []struct {
+			host, side string
+			addrs      []netip.Addr
+		}{{"h1", "r1:in", []netip.Addr{d.h1, d.h16}}, {"h2", "r1:out", []netip.Addr{d.h2, d.h26}}} {
+			link, err := netlink.LinkByName(d.dev[n.side])
+			if err != nil {
+				return err
+			}
+			for _, a := range n.addrs {
+				family := netlink.FAMILY_V4
+				if a.Is6() {
+					family = netlink.FAMILY_V6
+				}
+				if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: link.Attrs().Index, Family: family, State: netlink.NUD_PERMANENT,
+					IP: a.AsSlice(), HardwareAddr: d.mac[n.host]}); err != nil {
+					return fmt.Errorf("pin neighbour %v: %w", a, err)
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	for _, h := range []string{"h1", "h2"} {
 		nft(t, d.l, h, hostDrop)
 		if err := nsrun.Do(d.l.Netns(h), func() error {
