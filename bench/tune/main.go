@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
@@ -135,7 +137,7 @@ func run(c config) error {
 	if err != nil {
 		return err
 	}
-	for _, k := range []string{"base", "dc", "rules"} {
+	for _, k := range []string{"base", "dc", "rules", "floor"} {
 		cg := filepath.Join(root, benchName(k))
 		if err := os.Mkdir(cg, 0o755); err != nil {
 			return err
@@ -176,8 +178,21 @@ rules:
 		}
 		defer tune.Remove(inst)
 	}
+	// The floor of the connection setup measurement: a sock_ops program that only returns 1,
+	// what any sock_ops program costs on this machine (dispatch, the kernel's callbacks).
+	floor, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SockOps, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 1), asm.Return()}})
+	if err != nil {
+		return fmt.Errorf("load floor program: %w", err)
+	}
+	defer floor.Close()
+	floorLink, err := link.AttachCgroup(link.CgroupOptions{Path: b.cgs["floor"], Attach: ebpf.AttachCGroupSockOps, Program: floor})
+	if err != nil {
+		return fmt.Errorf("attach floor program: %w", err)
+	}
+	defer floorLink.Close()
 	// RPC servers: one per cgroup on dst (the policy also tunes the receiver's passive side).
-	ports := map[string]string{"base": "7000", "dc": "7001", "rules": "7002"}
+	ports := map[string]string{"base": "7000", "dc": "7001", "rules": "7002", "floor": "7003"}
 	for k, port := range ports {
 		p, err := b.start("dst", b.cgs[k], "rpc", "server", "-addr", ":"+port)
 		if err != nil {
@@ -261,7 +276,7 @@ rules:
 		"Goals: retransmissions ≥5× lower (ratio ≤ 0.2), 10 KB p99 ≤ 0.5× baseline, 1 MB goodput ≥ 0.95× baseline.",
 	}
 
-	ct, connData, err := b.connSetup(c, kern, ports["base"], ports["rules"])
+	ct, connData, err := b.connSetup(c, kern, ports)
 	if err != nil {
 		return err
 	}
@@ -281,7 +296,7 @@ rules:
 // what the goal names, but on a shared machine it moves with other load; CPU time per
 // connection and the kernel's own accounting of the program's run time (BPF_ENABLE_STATS, on
 // for the rounds themselves) are steadier.
-func (b *bench) connSetup(c config, kern tune.Kernel, basePort, rulesPort string) (*report.Table, map[string]any, error) {
+func (b *bench) connSetup(c config, kern tune.Kernel, ports map[string]string) (*report.Table, map[string]any, error) {
 	st, err := tune.ReadStatus(benchName("rules"), kern)
 	if err != nil {
 		return nil, nil, err
@@ -304,47 +319,55 @@ func (b *bench) connSetup(c config, kern tune.Kernel, basePort, rulesPort string
 		rate, cpuNs float64
 		calls       int
 	}
-	var rateRatios, cpuRatios, baseRates, ruleRates, baseCPU, ruleCPU []float64
-	var ruleCalls int
-	for r := 0; r < c.connRounds; r++ {
-		modes := []string{"base", "rules"}
+	// pair runs one connect loop in the base cgroup and one in mode's at the same time.
+	pair := func(mode string, r int) (base, other loop, err error) {
+		modes := []string{"base", mode}
 		if r%2 == 1 {
 			modes[0], modes[1] = modes[1], modes[0]
 		}
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		var firstErr error
 		got := map[string]loop{}
-		for _, mode := range modes {
-			port := map[string]string{"base": basePort, "rules": rulesPort}[mode]
+		for _, m := range modes {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				out, cpu, err := b.runInCPU("dst", b.cgs[mode], "rpc", "connect", "-addr", "127.0.0.1:"+port, "-workers", "1", "-d", c.connDur.String())
+				out, cpu, lerr := b.runInCPU("dst", b.cgs[m], "rpc", "connect", "-addr", "127.0.0.1:"+ports[m], "-workers", "1", "-d", c.connDur.String())
 				var res rpc.Result
-				if err == nil {
-					err = json.Unmarshal(out, &res)
+				if lerr == nil {
+					lerr = json.Unmarshal(out, &res)
 				}
 				mu.Lock()
 				defer mu.Unlock()
-				if err != nil {
-					firstErr = fmt.Errorf("connect loop: %v: %s", err, out)
+				if lerr != nil {
+					err = fmt.Errorf("connect loop: %v: %s", lerr, out)
 					return
 				}
-				got[mode] = loop{float64(res.Connect.Calls) / res.Seconds, float64(cpu.Nanoseconds()) / float64(max(res.Connect.Calls, 1)), res.Connect.Calls}
+				got[m] = loop{float64(res.Connect.Calls) / res.Seconds, float64(cpu.Nanoseconds()) / float64(max(res.Connect.Calls, 1)), res.Connect.Calls}
 			}()
 			time.Sleep(time.Millisecond) // the start order alternates
 		}
 		wg.Wait()
-		if firstErr != nil {
-			return nil, nil, firstErr
+		return got["base"], got[mode], err
+	}
+	var rateRatios, cpuRatios, floorRatios, floorCPURatios, baseRates, ruleRates, baseCPU, ruleCPU []float64
+	var ruleCalls int
+	for r := 0; r < c.connRounds; r++ {
+		base, rules, err := pair("rules", r)
+		if err != nil {
+			return nil, nil, err
 		}
-		base, rules := got["base"], got["rules"]
 		baseRates, ruleRates = append(baseRates, base.rate), append(ruleRates, rules.rate)
 		baseCPU, ruleCPU = append(baseCPU, base.cpuNs), append(ruleCPU, rules.cpuNs)
 		rateRatios = append(rateRatios, rules.rate/base.rate)
 		cpuRatios = append(cpuRatios, rules.cpuNs/base.cpuNs)
 		ruleCalls += rules.calls
+		fbase, floor, err := pair("floor", r)
+		if err != nil {
+			return nil, nil, err
+		}
+		floorRatios = append(floorRatios, floor.rate/fbase.rate)
+		floorCPURatios = append(floorCPURatios, floor.cpuNs/fbase.cpuNs)
 	}
 	after, err := prog.Stats()
 	if err != nil {
@@ -353,27 +376,31 @@ func (b *bench) connSetup(c config, kern tune.Kernel, basePort, rulesPort string
 	n := float64(max(ruleCalls, 1))
 	progNs := float64(after.Runtime-before.Runtime) / n
 	runsPerConn := float64(after.RunCount-before.RunCount) / n
-	sort.Float64s(rateRatios)
-	sort.Float64s(cpuRatios)
+	for _, xs := range [][]float64{rateRatios, cpuRatios, floorRatios, floorCPURatios} {
+		sort.Float64s(xs)
+	}
 	bc := report.Median(baseCPU)
 	q := func(xs []float64) string {
 		return fmt.Sprintf("%.3f / %.3f / %.3f", rpc.Percentile(xs, 25), rpc.Percentile(xs, 50), rpc.Percentile(xs, 75))
 	}
 	ct := &report.Table{
-		Title: fmt.Sprintf("tune: connection setup with %d rules loaded (loopback, connect+close, both loops at once, %d rounds of %v)", c.rules, c.connRounds, c.connDur),
-		Columns: []string{"program", "connections/s (median of rounds)", "rate ratio p25 / median / p75 (paired per round)",
+		Title: fmt.Sprintf("tune: connection setup with %d rules loaded (loopback, connect+close, two loops at once, %d rounds of %v per pair)", c.rules, c.connRounds, c.connDur),
+		Columns: []string{"program", "connections/s (median of rounds)", "rate ratio to none p25 / median / p75 (paired per round)",
 			"client CPU µs per connection (median)", "CPU ratio p25 / median / p75 (paired)", "BPF µs per connection (kernel stats)", "rate ratio implied by BPF time"},
 		Notes: []string{"Goal: rate ratio ≥ 0.98. Both ends of every connection are in the cgroup, so active and passive callbacks run; " +
 			"the rules are 999 /24 prefixes that do not match and a catch-all that does (profile: " + c.connProfile + ").",
+			"Floor: a sock_ops program that only returns 1, paired with none in the same rounds: what attaching any sock_ops program costs here (the kernel's callbacks and their dispatch).",
 			"Client CPU per connection: user+system time of the connecting process (on loopback it also runs the passive side's handshake in softirq) divided by its connections. " +
 				fmt.Sprintf("BPF time: the program's run_time_ns over the same rounds (stats on for them, which costs the policy side a little) divided by its connections; %.1f program runs per connection. ", runsPerConn) +
 				"Implied rate ratio: median baseline CPU per connection / (that + BPF time), the rate if the program's own time were the only difference.",
 		},
 	}
 	ct.Add("none", f1(report.Median(baseRates)), "", f1(bc/1e3), "", "", "")
+	ct.Add("floor: `return 1`", "", q(floorRatios), "", q(floorCPURatios), "", "")
 	ct.Add(fmt.Sprintf("tune, %d rules", c.rules), f1(report.Median(ruleRates)), q(rateRatios), f1(report.Median(ruleCPU)/1e3), q(cpuRatios),
 		f2(progNs/1e3), fmt.Sprintf("%.3f", bc/(bc+progNs)))
 	return ct, map[string]any{"connect_base": baseRates, "connect_rules": ruleRates, "connect_rate_ratios": rateRatios, "connect_cpu_ratios": cpuRatios,
+		"connect_floor_rate_ratios": floorRatios, "connect_floor_cpu_ratios": floorCPURatios,
 		"connect_cpu_ns_base": baseCPU, "connect_cpu_ns_rules": ruleCPU, "program_ns_per_connection": progNs, "program_runs_per_connection": runsPerConn}, nil
 }
 
