@@ -76,7 +76,7 @@ func main() {
 	flag.DurationVar(&c.dur, "d", 5*time.Second, "duration of each run")
 	flag.DurationVar(&c.smallGap, "small-gap", 50*time.Millisecond, "each 10 KB RPC flow starts an RPC this often (0: back-to-back)")
 	flag.IntVar(&c.rules, "rules", 1000, "rules loaded for the connection setup measurement")
-	flag.IntVar(&c.connRounds, "conn-rounds", 20, "rounds of the connection setup measurement (each runs the no-program and the policy loop at once; medians of paired ratios)")
+	flag.IntVar(&c.connRounds, "conn-rounds", 40, "rounds of the connection setup measurement (each runs the no-program and the policy loop at once; medians of paired ratios)")
 	flag.StringVar(&c.connProfile, "conn-profile", "{init_cwnd: 10}", "profile of the connection setup measurement's rules")
 	flag.DurationVar(&c.connDur, "conn-d", time.Second, "duration of each connection setup round")
 	flag.Parse()
