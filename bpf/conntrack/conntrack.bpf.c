@@ -524,18 +524,39 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 	return WIN_ACCEPT;
 }
 
+/* tcp_resync takes the remembered SYN as the start of its sender's direction and resets the
+ * other direction (nf's re-sync from last_end/last_win/last_wscale/last_flags). */
+static __always_inline void tcp_resync(struct ct_entry *e, __u32 dir)
+{
+	struct ct_tcp_dir *s = &e->tcp[e->last_dir & 1];
+	struct ct_tcp_dir *r = &e->tcp[dir & 1];
+
+	s->td_end = e->last_end;
+	s->td_maxend = e->last_end;
+	s->td_maxwin = e->last_win ? e->last_win : 1;
+	s->td_scale = e->last_wscale;
+	s->flags = e->last_flags;
+	r->td_end = 0;
+	r->td_maxend = 0;
+	r->td_maxwin = 0;
+	r->td_maxack = 0;
+	r->td_scale = 0;
+	r->flags &= CT_TCP_F_BE_LIBERAL;
+	e->last_syn = 0;
+}
+
 /* ct_tcp_update moves the connection through nf's state table. Returns 0 to allow, a CT_STAT_INV_*
  * reason to refuse, or -1 when a SYN reopens a closed connection (the caller deletes the entry
  * and starts a new one). */
 __attribute__((noinline)) int ct_tcp_update(struct ct_entry *e, struct pkt *p, __u32 dir,
 					    __u32 liberal, __u32 *state_out)
 {
-	__u32 old, idx, newst;
+	__u32 cur, old, idx, newst;
 
 	/* A global function: the verifier checks it once, not once per caller's path. */
 	if (!e || !p || !state_out)
 		return CT_STAT_INV_TCP_STATE;
-	old = *(volatile __u32 *)&e->state;
+	cur = old = *(volatile __u32 *)&e->state;
 
 	if (old >= 10)
 		return CT_STAT_INV_TCP_STATE;
@@ -550,6 +571,27 @@ __attribute__((noinline)) int ct_tcp_update(struct ct_entry *e, struct pkt *p, _
 			return -1; /* RFC 1122: SYN reopens TIME_WAIT / CLOSE */
 		break;
 	case CT_TCP_IGNORE:
+		if (p->tcp_index == TCP_SYNACK_SET && e->last_syn && e->last_dir != dir &&
+		    p->ack == e->last_end) {
+			/* This SYN-ACK answers the SYN we let through: the endpoints are in sync,
+			 * we are not. Take the SYN's side from what we remembered, start the
+			 * SYN-ACK's side afresh, and go on as SYN_SENT → SYN_RECV (nf). */
+			tcp_resync(e, dir);
+			old = CT_TCP_SYN_SENT;
+			newst = CT_TCP_SYN_RECV;
+			break;
+		}
+		if (p->tcp_index == TCP_SYN_SET) {
+			e->last_end = p->end;
+			e->last_win = p->win;
+			e->last_dir = dir;
+			e->last_wscale = p->has_wscale ? p->wscale : 0;
+			e->last_flags = (p->has_wscale ? CT_TCP_F_WSCALE : 0) |
+					(p->sack_perm ? CT_TCP_F_SACK_PERM : 0);
+			e->last_syn = 1;
+		} else if (e->last_syn) {
+			e->last_syn = 0;
+		}
 		*state_out = old;
 		return 0;
 	case CT_TCP_MAX:
@@ -584,7 +626,9 @@ __attribute__((noinline)) int ct_tcp_update(struct ct_entry *e, struct pkt *p, _
 		return -2;
 	}
 
-	if (newst != old && __sync_val_compare_and_swap(&e->state, old, newst) != old)
+	if (e->last_syn) /* another packet passed after the remembered SYN (nf's last_index) */
+		e->last_syn = 0;
+	if (newst != cur && __sync_val_compare_and_swap(&e->state, cur, newst) != cur)
 		newst = *(volatile __u32 *)&e->state; /* another CPU moved it: its result stands */
 	*state_out = newst;
 	return 0;

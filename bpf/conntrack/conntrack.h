@@ -122,6 +122,15 @@ struct ct_entry {
 	__u32 state;	  /* enum ct_tcp_state for TCP; 0 otherwise. Changed with cmpxchg only */
 	__u32 status;	  /* CT_F_* */
 	__u32 ifindex[2]; /* ingress interface per direction, 0 if not seen yet */
+	/* nf's re-sync: a SYN passed as IGNORE (the table is out of sync with the endpoints, e.g.
+	 * a client reopening the same tuple) is remembered; a SYN-ACK acknowledging it re-syncs. */
+	__u32 last_end;	  /* that SYN's seq + 1 */
+	__u16 last_win;	  /* its window */
+	__u8 last_syn;	  /* 1 while that SYN is the last packet passed */
+	__u8 last_dir;	  /* its direction */
+	__u8 last_wscale; /* its window scale */
+	__u8 last_flags;  /* its CT_TCP_F_WSCALE | CT_TCP_F_SACK_PERM */
+	__u8 pad[2];
 };
 
 /* Run-time configuration (ct_config[0]): changed by user space without reloading. */

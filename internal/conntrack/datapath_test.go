@@ -221,6 +221,34 @@ func TestTCPSACK(t *testing.T) {
 	}
 }
 
+// TestTCPResync: a client reopening a tuple the table still holds as ESTABLISHED gets back in
+// sync as in nf: its SYN passes as IGNORE and is remembered, and the server's SYN-ACK for it
+// restarts the connection at SYN_RECV — unless another packet passed in between.
+func TestTCPResync(t *testing.T) {
+	ci, si := uint32(1000), uint32(5000)
+	ci2, si2 := uint32(3_000_000_000), uint32(7_000_000)
+	t.Run("resync", func(t *testing.T) {
+		f := newFixture(t, nil)
+		f.script(t, append(handshake(ci, si),
+			step{name: "data", frame: tcp(true, "PA", ci+1, si+1, 100), ret: xdpRedirect, state: "ESTABLISHED"},
+			step{name: "new syn is ignored", frame: tcpOpen(true, "S", ci2, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+			step{name: "synack for it re-syncs", frame: tcpOpen(false, "SA", si2, ci2+1), out: true, ret: xdpRedirect, state: "SYN_RECV"},
+			step{name: "ack", frame: tcp(true, "A", ci2+1, si2+1, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+			step{name: "data of the new connection", frame: tcp(true, "PA", ci2+1, si2+1, 1000), ret: xdpRedirect, state: "ESTABLISHED"},
+			step{name: "server acks it", frame: tcp(false, "A", si2+1, ci2+1001, 0), out: true, ret: xdpRedirect, state: "ESTABLISHED"},
+		))
+	})
+	t.Run("no resync after another packet", func(t *testing.T) {
+		f := newFixture(t, nil)
+		f.script(t, append(handshake(ci, si),
+			step{name: "new syn is ignored", frame: tcpOpen(true, "S", ci2, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+			step{name: "old connection's ack passes", frame: tcp(false, "A", si+1, ci+1, 0), out: true, ret: xdpRedirect, state: "ESTABLISHED"},
+			step{name: "synack is ignored", frame: tcpOpen(false, "SA", si2, ci2+1), out: true, ret: xdpRedirect, state: "ESTABLISHED"},
+			step{name: "new connection's data is out of window", frame: tcp(true, "PA", ci2+1, si2+1, 1000), ret: xdpDrop, state: "ESTABLISHED", count: "invalid_window"},
+		))
+	})
+}
+
 func TestTCPLiberal(t *testing.T) {
 	f := newFixture(t, &Config{Liberal: true})
 	ci, si := uint32(1000), uint32(5000)

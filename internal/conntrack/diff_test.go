@@ -285,6 +285,20 @@ func diffScript() []dstep {
 	c, s := uint16(41000), uint16(8000)
 	ci, si := uint32(1000), uint32(5000)
 	c2, ci2, si2 := uint16(41001), uint32(70000), uint32(90000)
+	c3, ci3, si3, c4 := uint16(41002), uint32(3_000_000_000), uint32(7_000_000), uint16(41003)
+	// sackS is tcpS with SACK permitted on SYNs and the SACK blocks given as edges.
+	sackS := func(from string, sport, dport uint16, flags string, seq, ack uint32, payload int, edges ...uint32) func(d *diffLab) *packet.Builder {
+		return func(d *diffLab) *packet.Builder {
+			b := tcpS(from, sport, dport, flags, seq, ack, payload)(d)
+			if strings.Contains(flags, "S") {
+				b = b.SACKPermitted()
+			}
+			if len(edges) > 0 {
+				b = b.SACK(edges...)
+			}
+			return b
+		}
+	}
 	udpQ := func(d *diffLab) *packet.Builder {
 		return packet.IP(d.h1.String(), d.h2.String()).UDP(5000, 53).Payload([]byte("query"))
 	}
@@ -311,6 +325,21 @@ func diffScript() []dstep {
 		{"fin s2c", "h2", tcpS("h2", s, c2, "FA", si2+1, ci2+2, 0)},
 		{"last ack", "h1", tcpS("h1", c2, s, "A", ci2+2, si2+2, 0)},
 		{"new syn in TIME_WAIT", "h1", tcpS("h1", c2, s, "S", ci2+100000, 0, 0)},
+		// A reopened tuple the tracker still holds as ESTABLISHED: SYN ignored, SYN-ACK re-syncs.
+		{"syn 3", "h1", tcpS("h1", c3, s, "S", ci, 0, 0)},
+		{"synack 3", "h2", tcpS("h2", s, c3, "SA", si, ci+1, 0)},
+		{"ack 3", "h1", tcpS("h1", c3, s, "A", ci+1, si+1, 0)},
+		{"reopening syn", "h1", tcpS("h1", c3, s, "S", ci3, 0, 0)},
+		{"synack for the reopening syn", "h2", tcpS("h2", s, c3, "SA", si3, ci3+1, 0)},
+		{"ack of the reopened connection", "h1", tcpS("h1", c3, s, "A", ci3+1, si3+1, 0)},
+		{"data of the reopened connection", "h1", tcpS("h1", c3, s, "PA", ci3+1, si3+1, 100)},
+		// SACK blocks count in check (III) when SACK was permitted.
+		{"syn 4", "h1", sackS("h1", c4, s, "S", ci, 0, 0)},
+		{"synack 4", "h2", sackS("h2", s, c4, "SA", si, ci+1, 0)},
+		{"ack 4", "h1", tcpS("h1", c4, s, "A", ci+1, si+1, 0)},
+		{"data 4", "h1", tcpS("h1", c4, s, "PA", ci+1, si+1, 1000)},
+		{"sack within the data", "h2", sackS("h2", s, c4, "A", si+1, ci+1, 0, ci+501, ci+1001)},
+		{"sack beyond the data", "h2", sackS("h2", s, c4, "A", si+1, ci+1, 0, ci+501, ci+5001)},
 		{"udp query", "h1", udpQ},
 		{"udp reply", "h2", func(d *diffLab) *packet.Builder {
 			return packet.IP(d.h2.String(), d.h1.String()).UDP(53, 5000).Payload([]byte("answer"))
