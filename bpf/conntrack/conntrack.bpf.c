@@ -33,8 +33,10 @@
 
 /* 0: firewall (drop what the policy refuses); 1: track only (never drop). */
 volatile const __u32 track_only = 0;
-/* Length of a jiffy in ns (10^9 / CONFIG_HZ), set by the loader. */
+/* Length of a jiffy in ns (10^9 / CONFIG_HZ) and jiffies at boot (INITIAL_JIFFIES), set by the
+ * loader: ct_now is then close to CLOCK_MONOTONIC, the clock of tables pinned by older builds. */
 volatile const __u64 jiffy_ns = 0;
+volatile const __u64 jiffies_base = 0;
 
 /* key = struct ct_key, value = struct ct_entry: confirmed connections (reply seen) */
 struct {
@@ -122,7 +124,7 @@ const struct ct_event *unused_ev __attribute__((unused));
  * the ktime helpers cost several times more, per packet. User space reads the same clock. */
 static __always_inline __u64 ct_now(void)
 {
-	return bpf_jiffies64() * jiffy_ns;
+	return (bpf_jiffies64() - jiffies_base) * jiffy_ns;
 }
 
 /* TCP flag classes (the rows of the state table) are vmlinux.h's enum tcp_bit_set:
@@ -770,8 +772,9 @@ static __always_inline int confirm(struct pkt *p, struct ct_entry *e)
 
 /* ct_ipv6_skip_ext skips the extension headers of the IPv6 packet quoted by an ICMPv6 error,
  * starting with header type next at offset off. Returns the upper-layer offset << 8 | protocol,
- * or -1 for a fragment (a later one has no ports to match), too many headers or a truncated
- * one. A global function, so the rare error path costs the main program no verifier states. */
+ * or -1 for a fragment other than the first (it has no ports to match), too many headers or a
+ * truncated one. A global function, so the rare error path costs the main program no verifier
+ * states. */
 __attribute__((noinline)) int ct_ipv6_skip_ext(struct xdp_md *ctx, __u32 off, __u32 next)
 {
 	struct ipv6_opt_hdr_ oh;
@@ -791,8 +794,17 @@ __attribute__((noinline)) int ct_ipv6_skip_ext(struct xdp_md *ctx, __u32 off, __
 			off += next == NEXTHDR_AUTH ? (oh.hdrlen + 2) * 4 : (oh.hdrlen + 1) * 8;
 			next = oh.nexthdr;
 			break;
-		case NEXTHDR_FRAGMENT:
-			return -1;
+		case NEXTHDR_FRAGMENT: {
+			struct frag_hdr_ fh;
+
+			/* A first fragment still carries the ports (nf's ipv6_skip_exthdr). */
+			if (bpf_xdp_load_bytes(ctx, off, &fh, sizeof(fh)) < 0 ||
+			    (fh.frag_off & bpf_htons(0xfff8)))
+				return -1;
+			off += sizeof(fh);
+			next = fh.nexthdr;
+			break;
+		}
 		default:
 			return off << 8 | (next & 0xff);
 		}

@@ -13,21 +13,33 @@ import (
 	"github.com/flowplane/flowplane/internal/kernel"
 )
 
-// The entries' clock is nf_conntrack's: jiffies, scaled to nanoseconds (jiffies × jiffyNs).
-// bpf_jiffies64 is a plain read, where bpf_ktime_get_coarse_ns costs more than the rest of the
-// timeout bookkeeping together; it has no user-space counterpart, so user space reads it
-// through a four-instruction program.
+// The entries' clock is nf_conntrack's: jiffies since boot, scaled to nanoseconds
+// ((jiffies − INITIAL_JIFFIES) × jiffyNs), close to CLOCK_MONOTONIC. bpf_jiffies64 is an
+// inlined load, where bpf_ktime_get_coarse_ns costs more than the rest of the timeout
+// bookkeeping together; it has no user-space counterpart, so user space reads it through a
+// four-instruction program.
 
-// jiffyNs is the length of a jiffy in ns, the program's jiffy_ns.
-func jiffyNs() (uint64, error) {
+// jiffyClock is the program's jiffy_ns and jiffies_base: the length of a jiffy in ns and the
+// kernel's INITIAL_JIFFIES, (u64)(u32)(-300 × HZ), so that boot is 0.
+func jiffyClock() (jiffyNs, base uint64, err error) {
 	hz, err := kernel.HZ()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return uint64(time.Second) / uint64(hz), nil
+	return uint64(time.Second) / uint64(hz), uint64(uint32(-300 * int32(hz))), nil
 }
 
-var jiffiesProg = sync.OnceValues(func() (*ebpf.Program, error) {
+var (
+	jiffiesMu   sync.Mutex
+	jiffiesProg *ebpf.Program // loaded once; a failed load is retried on the next call
+)
+
+func loadJiffiesProg() (*ebpf.Program, error) {
+	jiffiesMu.Lock()
+	defer jiffiesMu.Unlock()
+	if jiffiesProg != nil {
+		return jiffiesProg, nil
+	}
 	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name:    "fp_ct_jiffies",
 		Type:    ebpf.Syscall,
@@ -44,16 +56,17 @@ var jiffiesProg = sync.OnceValues(func() (*ebpf.Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load jiffies reader: %w", err)
 	}
+	jiffiesProg = p
 	return p, nil
-})
+}
 
 // clockNow is the entries' clock now: what the program's ct_now returns.
 func clockNow() (uint64, error) {
-	scale, err := jiffyNs()
+	scale, base, err := jiffyClock()
 	if err != nil {
 		return 0, err
 	}
-	p, err := jiffiesProg()
+	p, err := loadJiffiesProg()
 	if err != nil {
 		return 0, err
 	}
@@ -61,5 +74,5 @@ func clockNow() (uint64, error) {
 	if _, err := p.Run(&ebpf.RunOptions{Context: buf, ContextOut: buf}); err != nil {
 		return 0, fmt.Errorf("read jiffies: %w", err)
 	}
-	return binary.NativeEndian.Uint64(buf) * scale, nil
+	return (binary.NativeEndian.Uint64(buf) - base) * scale, nil
 }

@@ -368,7 +368,8 @@ func TestIPv6(t *testing.T) {
 	}
 	quoted := packet.IP(inHost6, outHost6).UDP(5000, 53).IPBytes()
 	quotedExt := packet.IP(inHost6, outHost6).IPv6Ext(layers.IPProtocolIPv6HopByHop, []byte{1, 4, 0, 0, 0, 0}).IPv6Ext(layers.IPProtocolIPv6Routing, nil).UDP(5000, 53).IPBytes()
-	quotedFrag := packet.IP(inHost6, outHost6).IPv6Ext(layers.IPProtocolIPv6Fragment, []byte{0, 0, 0, 0, 0, 1}).UDP(5000, 53).IPBytes()
+	quotedFrag := packet.IP(inHost6, outHost6).IPv6Ext(layers.IPProtocolIPv6Fragment, []byte{0, 1, 0, 0, 0, 1}).UDP(5000, 53).IPBytes()     // offset 0, more fragments
+	quotedLater := packet.IP(inHost6, outHost6).IPv6Ext(layers.IPProtocolIPv6Fragment, []byte{0, 0x10, 0, 0, 0, 1}).UDP(5000, 53).IPBytes() // offset 16
 	otherExt := packet.IP(inHost6, outHost6).IPv6Ext(layers.IPProtocolIPv6Destination, nil).UDP(5001, 53).IPBytes()
 	f.script(t, []step{
 		{name: "unsolicited outside", frame: s2c("S", si, 0).Bytes(), out: true, ret: xdpDrop, state: "-", count: "policy_drop"},
@@ -382,7 +383,8 @@ func TestIPv6(t *testing.T) {
 		{name: "udp", frame: packet.IP(inHost6, outHost6).UDP(5000, 53).Bytes(), ret: xdpRedirect, count: "new"},
 		{name: "icmpv6 unreachable related", frame: packet.IP(outHost6, inHost6).ICMPError(1, 4, quoted).Bytes(), out: true, ret: xdpRedirect, count: "related"},
 		{name: "quoting a packet with extension headers", frame: packet.IP(outHost6, inHost6).ICMPError(1, 4, quotedExt).Bytes(), out: true, ret: xdpRedirect, count: "related"},
-		{name: "quoting a fragment", frame: packet.IP(outHost6, inHost6).ICMPError(1, 4, quotedFrag).Bytes(), out: true, ret: xdpDrop, count: "invalid_icmp"},
+		{name: "quoting a first fragment", frame: packet.IP(outHost6, inHost6).ICMPError(1, 4, quotedFrag).Bytes(), out: true, ret: xdpRedirect, count: "related"},
+		{name: "quoting a later fragment", frame: packet.IP(outHost6, inHost6).ICMPError(1, 4, quotedLater).Bytes(), out: true, ret: xdpDrop, count: "invalid_icmp"},
 		{name: "quoting an unknown flow behind extension headers", frame: packet.IP(outHost6, inHost6).ICMPError(1, 4, otherExt).Bytes(), out: true, ret: xdpDrop, count: "invalid_icmp"},
 	})
 	es := f.entries()
