@@ -277,8 +277,7 @@ func eventsCmd() *cobra.Command {
 		Short: "print connections as they are created and destroyed, like conntrack -E",
 		Long: `events prints [NEW] when the data path creates a connection and [DESTROY] when one is
 removed: a SYN reopening a closed one, an expired entry found by a packet, or the sweep of
-'run'. Not reported: flush, and unconfirmed entries evicted from the full LRU table (stats
-count both). Only one reader at a time gets each event.`,
+'run'. Not reported: flush, and unconfirmed entries evicted from the full LRU table. Only one reader at a time gets each event.`,
 		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withTables(func(t *Tables) error {
