@@ -791,7 +791,7 @@ __attribute__((noinline)) int ct_ipv6_skip_ext(struct xdp_md *ctx, __u32 off, __
 		case NEXTHDR_AUTH:
 			if (bpf_xdp_load_bytes(ctx, off, &oh, sizeof(oh)) < 0)
 				return -1;
-			off += next == NEXTHDR_AUTH ? (oh.hdrlen + 2) * 4 : (oh.hdrlen + 1) * 8;
+			off += ipv6_opt_len(next, oh.hdrlen);
 			next = oh.nexthdr;
 			break;
 		case NEXTHDR_FRAGMENT: {
@@ -1012,7 +1012,7 @@ static __always_inline int track(struct xdp_md *ctx, struct hdr_cursor *c, struc
 	if (state == CT_TCP_ESTABLISHED && !(e->status & CT_F_ASSURED))
 		__sync_fetch_and_or(&e->status, CT_F_ASSURED);
 	expires = now + timeout_ns(cfg, entry_timeout_slot(l4proto, state, e->status));
-	if (e->expires != expires) /* the coarse clock ticks per jiffy: spare the store */
+	if (e->expires != expires) /* the clock ticks per jiffy: spare the store */
 		e->expires = expires;
 	if (!confirmed && (e->status & CT_F_SEEN_REPLY))
 		return confirm(p, e);

@@ -91,6 +91,14 @@ struct frag_hdr_ {
 	__be32 identification;
 };
 
+/* ipv6_opt_len is the length of a hop-by-hop, routing, destination options or authentication
+ * header from its type and length field (AH counts 4-byte units less 2, the others 8-byte units
+ * less 1). */
+static __always_inline __u32 ipv6_opt_len(__u8 type, __u8 hdrlen)
+{
+	return type == NEXTHDR_AUTH ? (hdrlen + 2) * 4 : (hdrlen + 1) * 8;
+}
+
 /* parse_ipv6hdr skips extension headers and returns the upper-layer protocol, with *frag set
  * when a fragment header was seen (the caller decides what it can do with a fragment). */
 static __always_inline int parse_ipv6hdr(struct hdr_cursor *c, struct ipv6hdr **ip6p, int *frag)
@@ -114,16 +122,11 @@ static __always_inline int parse_ipv6hdr(struct hdr_cursor *c, struct ipv6hdr **
 		case NEXTHDR_HOP:
 		case NEXTHDR_ROUTING:
 		case NEXTHDR_DEST:
-			if ((void *)(oh + 1) > c->end)
-				return -1;
-			next = oh->nexthdr;
-			c->pos += (oh->hdrlen + 1) * 8;
-			break;
 		case NEXTHDR_AUTH:
 			if ((void *)(oh + 1) > c->end)
 				return -1;
+			c->pos += ipv6_opt_len(next, oh->hdrlen);
 			next = oh->nexthdr;
-			c->pos += (oh->hdrlen + 2) * 4;
 			break;
 		case NEXTHDR_FRAGMENT: {
 			struct frag_hdr_ *fh = c->pos;
