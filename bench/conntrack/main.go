@@ -21,6 +21,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -56,7 +57,7 @@ const nftRules = `table inet fpctbench {
 
 var (
 	duration = 4 * time.Second
-	rounds   = 3
+	rounds   = 5
 	modes    = []string{"kernel", "nftables", "flowplane"}
 )
 
@@ -380,6 +381,17 @@ func nextPort() int {
 	return port
 }
 
+// iperfAffinity pins an iperf3 end to cpu when there are two CPUs or more: the client on 0,
+// the server on 1, in every mode. Unpinned, the scheduler sometimes puts both on one CPU and a
+// run's throughput moves by a third; pinned, every mode sees the same placement (on veth the
+// receive work of r1 and h2 runs in softirq on the sender's CPU either way).
+func iperfAffinity(cpu int) []string {
+	if numCPU() < 2 {
+		return nil
+	}
+	return []string{"-A", strconv.Itoa(cpu)}
+}
+
 // iperf runs one iperf3 test h1 → h2.
 func (b *bench) iperf(ctx context.Context, args ...string) (*iperfOut, error) {
 	return b.iperfOn(ctx, nextPort(), args...)
@@ -388,7 +400,7 @@ func (b *bench) iperf(ctx context.Context, args ...string) (*iperfOut, error) {
 // iperfOn runs one iperf3 test h1 → h2 with the server on port.
 func (b *bench) iperfOn(ctx context.Context, port int, args ...string) (*iperfOut, error) {
 	p := fmt.Sprint(port)
-	srv, err := b.l.Command(ctx, "h2", "iperf3", "-s", "-1", "-p", p)
+	srv, err := b.l.Command(ctx, "h2", "iperf3", append([]string{"-s", "-1", "-p", p}, iperfAffinity(1)...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -402,7 +414,8 @@ func (b *bench) iperfOn(ctx context.Context, port int, args ...string) (*iperfOu
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	out, err := b.cmd(ctx, "h1", "iperf3", append([]string{"-c", b.h2.String(), "-p", p, "-J", "-t", fmt.Sprint(int(duration.Seconds()))}, args...)...)
+	cargs := append([]string{"-c", b.h2.String(), "-p", p, "-J", "-t", fmt.Sprint(int(duration.Seconds()))}, iperfAffinity(0)...)
+	out, err := b.cmd(ctx, "h1", "iperf3", append(cargs, args...)...)
 	var r iperfOut
 	if jerr := json.Unmarshal([]byte(out), &r); jerr != nil {
 		return nil, fmt.Errorf("iperf3 %v: %v: %s", args, err, out)
@@ -767,18 +780,26 @@ func printReport(r *Report) {
 	fmt.Printf("## conntrack benchmark (%s, %d CPUs, iperf3 %gs, median of %d interleaved rounds)\n\n", r.Kernel, r.CPUs, r.DurationS, rounds)
 	fmt.Println("| test | kernel fwd | nftables ct | flowplane | flowplane / kernel | flowplane / nftables |")
 	fmt.Println("|---|---|---|---|---|---|")
-	row := func(name, unit string, kv, nv, fv float64) {
-		fmt.Printf("| %s | %.3g %s | %.3g %s | %.3g %s | %.2f× | %.2f× |\n", name, kv, unit, nv, unit, fv, unit, fv/kv, fv/nv)
-	}
-	row("TCP iperf3, 1 flow", "Gbit/s", k.TCP1Gbps, n.TCP1Gbps, f.TCP1Gbps)
-	row("TCP iperf3, 8 flows", "Gbit/s", k.TCP8Gbps, n.TCP8Gbps, f.TCP8Gbps)
-	row("UDP 64 B forwarded (xdpgen, 1 established flow)", "pkt/s", k.UDP64pps, n.UDP64pps, f.UDP64pps)
-	row("UDP 64 B offered by xdpgen (same runs)", "pkt/s", k.UDP64Offered, n.UDP64Offered, f.UDP64Offered)
+	// Ratios are the medians of the ratios within each round (the modes of a round run back to
+	// back), so slow changes in the machine's other load cancel; each row's per-round ratios
+	// follow the table.
 	var perRound []string
-	for i, fs := range r.Samples["flowplane"] {
-		perRound = append(perRound, fmt.Sprintf("%.2f× / %.2f×", fs.UDP64pps/r.Samples["kernel"][i].UDP64pps, fs.UDP64pps/r.Samples["nftables"][i].UDP64pps))
+	row := func(name, unit string, kv, nv, fv float64, f func(Result) float64) {
+		var vk, vn []float64
+		var rs []string
+		for i, fs := range r.Samples["flowplane"] {
+			k, n := f(fs)/f(r.Samples["kernel"][i]), f(fs)/f(r.Samples["nftables"][i])
+			vk, vn = append(vk, k), append(vn, n)
+			rs = append(rs, fmt.Sprintf("%.2f/%.2f", k, n))
+		}
+		fmt.Printf("| %s | %.3g %s | %.3g %s | %.3g %s | %.2f× | %.2f× |\n", name, kv, unit, nv, unit, fv, unit, report.Median(vk), report.Median(vn))
+		perRound = append(perRound, fmt.Sprintf("- %s: %s", name, strings.Join(rs, ", ")))
 	}
-	fmt.Printf("\nUDP 64 B forwarded, flowplane / kernel and flowplane / nftables within each round: %s.\n", strings.Join(perRound, ", "))
+	row("TCP iperf3, 1 flow", "Gbit/s", k.TCP1Gbps, n.TCP1Gbps, f.TCP1Gbps, func(r Result) float64 { return r.TCP1Gbps })
+	row("TCP iperf3, 8 flows", "Gbit/s", k.TCP8Gbps, n.TCP8Gbps, f.TCP8Gbps, func(r Result) float64 { return r.TCP8Gbps })
+	row("UDP 64 B forwarded (xdpgen, 1 established flow)", "pkt/s", k.UDP64pps, n.UDP64pps, f.UDP64pps, func(r Result) float64 { return r.UDP64pps })
+	row("UDP 64 B offered by xdpgen (same runs)", "pkt/s", k.UDP64Offered, n.UDP64Offered, f.UDP64Offered, func(r Result) float64 { return r.UDP64Offered })
+	fmt.Printf("\nThroughputs are medians over the rounds; ratios are medians of the ratios within each round. flowplane/kernel and flowplane/nftables in each round:\n%s\n", strings.Join(perRound, "\n"))
 	fmt.Println("The generator runs on one thread of h1; on veth, r1's and h2's receive work runs on the same CPU, so both rates measure the whole path and the offered rate falls with the router's cost.")
 	fmt.Printf("\nXDP cost, established TCP segment (BPF_PROG_TEST_RUN): %.0f ns/packet (an XDP_PASS-only program: %.0f ns)\n", r.NsPerPkt, r.NsPerPktNoop)
 	fl := r.Flood
