@@ -13,11 +13,6 @@ dev() { jq -r --arg n "$1" --arg i "$2" '.nodes[] | select(.name==$n) | .interfa
 addr() { jq -r --arg n "$1" '.nodes[] | select(.name==$n) | .interfaces[0].ipv4' <<<"$status" | cut -d/ -f1; }
 inside=$(dev r1 eth0) outside=$(dev r1 eth1) h1=$(addr h1) h2=$(addr h2)
 
-# Frames XDP redirects into a veth need the peer's NAPI (GRO on) to be received, and carry no
-# skb checksum state, so the hosts must send complete checksums (tx offload off). Real NICs
-# need neither. See docs/conntrack.md.
-for h in h1 h2; do on "$h" ethtool -K "$(dev "$h" eth0)" gro on tx off >/dev/null; done
-
 echo "== conntrack run on r1: inside $inside, outside $outside"
 # lab exec execs the command, so $! is conntrack itself (SIGTERM: background jobs of a script
 # ignore SIGINT).

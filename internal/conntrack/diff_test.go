@@ -379,8 +379,7 @@ func diffScript() []dstep {
 // and the connections each ends with.
 func TestDifferential(t *testing.T) {
 	testenv.Need(t, "nft", "conntrack")
-	l := labtest.Up(t, labtest.HostRouterHost)
-	prepareHosts(t, l)
+	l := labtest.Up(t, labtest.XDPRouter)
 	d := &diffLab{t: t, l: l}
 	d.h1, d.h2 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "4")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "4"))
 	d.h16, d.h26 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "6")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "6"))

@@ -26,24 +26,9 @@ type ctLab struct {
 	stop   func()
 }
 
-// prepareHosts makes the hosts' veths able to take XDP-redirected frames: NAPI (GRO on) to
-// receive them, and full checksums in what they send (a redirected frame loses the skb's
-// CHECKSUM_PARTIAL state). docs/conntrack.md explains both.
-func prepareHosts(t testing.TB, l *lab.Lab) {
-	t.Helper()
-	for _, h := range []string{"h1", "h2"} {
-		n, err := l.Node(h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		labtest.Run(t, l, h, "ethtool", "-K", l.IfName(n.Ifaces[0]), "gro", "on", "tx", "off")
-	}
-}
-
 func newCtLab(t *testing.T, cfg *Config) *ctLab {
 	t.Helper()
-	l := labtest.Up(t, labtest.HostRouterHost)
-	prepareHosts(t, l)
+	l := labtest.Up(t, labtest.XDPRouter)
 	c := &ctLab{t: t, l: l, h1: labtest.Addr(t, l, "h1", "4"), h2: labtest.Addr(t, l, "h2", "4"), cfg: cfg}
 	if c.cfg == nil {
 		c.cfg = &Config{}

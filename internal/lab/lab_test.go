@@ -115,6 +115,47 @@ links:
 	}
 }
 
+// An XDP forwarder's neighbours get what they need to exchange redirected frames with it, as
+// `ethtool -k` sees it; nodes not next to one keep the defaults.
+func TestXDPNodePreparesItsPeers(t *testing.T) {
+	l := labtest.Up(t, `
+nodes:
+  h1: {}
+  r1: {kind: router, xdp: true}
+  h2: {}
+  r2: {kind: router}
+  h3: {}
+links:
+  - endpoints: [h1, r1]
+  - endpoints: [r1, h2]
+  - endpoints: [h2, r2]
+  - endpoints: [r2, h3]
+`)
+	for _, c := range []struct {
+		node  string
+		iface int
+		want  map[string]string
+	}{
+		{"h1", 0, map[string]string{"tx-checksumming": "off", "generic-receive-offload": "on"}},
+		{"h2", 0, map[string]string{"tx-checksumming": "off", "generic-receive-offload": "on"}},
+		{"h2", 1, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}},
+		{"r1", 0, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}},
+		{"h3", 0, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}},
+	} {
+		n, err := l.Node(c.node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev := l.IfName(n.Ifaces[c.iface])
+		out := labtest.Run(t, l, c.node, "ethtool", "-k", dev)
+		for feature, want := range c.want {
+			if !strings.Contains(out, "\n"+feature+": "+want) {
+				t.Errorf("%s %s: want %s: %s in:\n%s", c.node, dev, feature, want, out)
+			}
+		}
+	}
+}
+
 func TestUpRefusesNameInUse(t *testing.T) {
 	l := labtest.Up(t, threeNodes)
 	top, err := lab.Parse("again.yaml", []byte(threeNodes), l.Name())

@@ -97,6 +97,11 @@ func (l *Lab) setupIface(ifc *topo.Iface) error {
 	if err := netlink.LinkSetUp(dev); err != nil {
 		return fmt.Errorf("bring up: %w", err)
 	}
+	if ifc.Peer().Node.XDP {
+		if err := prepareXDPPeer(dev.Attrs().Name); err != nil {
+			return err
+		}
+	}
 	if ifc.Link.Rate > 0 {
 		if err := shape(dev, ifc.Link.Rate); err != nil {
 			return err

@@ -26,7 +26,7 @@ func build(file string, s *spec) (*Topology, error) {
 			el.Add(ns.line, "nodes."+ns.name, "node %q defined twice", ns.name)
 			continue
 		}
-		n := &Node{Name: ns.name, Kind: ns.kind, Env: ns.env}
+		n := &Node{Name: ns.name, Kind: ns.kind, XDP: ns.xdp, Env: ns.env}
 		byName[ns.name] = n
 		t.Nodes = append(t.Nodes, n)
 	}

@@ -19,6 +19,7 @@ type nodeSpec struct {
 	name string
 	line int
 	kind Kind
+	xdp  bool
 	env  map[string]string
 }
 
@@ -95,7 +96,7 @@ func decodeNodes(el *config.Collector, v *yaml.Node) []nodeSpec {
 		if !nodeNameRE.MatchString(k.Value) {
 			el.Add(k.Line, field, "node name %q must be 1-15 lowercase letters, digits or dashes, starting with a letter", k.Value)
 		}
-		el.EachKey(val, field, []string{"kind", "env"}, func(key string, kv *yaml.Node) {
+		el.EachKey(val, field, []string{"kind", "xdp", "env"}, func(key string, kv *yaml.Node) {
 			switch key {
 			case "kind":
 				if str, ok := el.Scalar(kv, field+".kind"); ok {
@@ -104,6 +105,16 @@ func decodeNodes(el *config.Collector, v *yaml.Node) []nodeSpec {
 						n.kind = Kind(str)
 					default:
 						el.Add(kv.Line, field+".kind", "unknown kind %q; use host or router", str)
+					}
+				}
+			case "xdp":
+				if str, ok := el.Scalar(kv, field+".xdp"); ok {
+					switch str {
+					case "true":
+						n.xdp = true
+					case "false":
+					default:
+						el.Add(kv.Line, field+".xdp", "%q is not a boolean; write true or false", str)
 					}
 				}
 			case "env":

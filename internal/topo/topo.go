@@ -31,8 +31,11 @@ type Topology struct {
 
 // Node is a host or router.
 type Node struct {
-	Name   string
-	Kind   Kind
+	Name string
+	Kind Kind
+	// XDP says the node forwards with XDP redirects: the kernel lab prepares its link peers to
+	// exchange such frames (full checksums, NAPI receive). vnet has no offloads and ignores it.
+	XDP    bool
 	Env    map[string]string
 	Ifaces []*Iface // in link order
 }

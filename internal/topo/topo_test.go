@@ -26,6 +26,8 @@ func TestParseBadFiles(t *testing.T) {
 			[]string{`bad.yaml:4: links[0].endpoints: both endpoints are "a"; a link joins two different nodes`}},
 		{"unknown kind", "name: x\nnodes:\n  a: {kind: switch}\n  b: {}\nlinks: [{endpoints: [a, b]}]\n",
 			[]string{`bad.yaml:3: nodes.a.kind: unknown kind "switch"; use host or router`}},
+		{"xdp not a boolean", "name: x\nnodes:\n  a: {xdp: yes}\n  b: {}\nlinks: [{endpoints: [a, b]}]\n",
+			[]string{`bad.yaml:3: nodes.a.xdp: "yes" is not a boolean; write true or false`}},
 		{"unknown link key", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    bandwidth: 1gbit\n",
 			[]string{`bad.yaml:5: links[0].bandwidth: unknown key "bandwidth"; known keys here: corrupt, delay, duplicate, endpoints, jitter, loss, mtu, rate, reorder`}},
 		{"bad rate", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    rate: fast\n",

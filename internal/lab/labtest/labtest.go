@@ -26,6 +26,18 @@ links:
   - endpoints: [r1, h2]
 `
 
+// XDPRouter is HostRouterHost with r1 marked as an XDP forwarder (xdp: true): the hosts' veths
+// are set up to exchange XDP-redirected frames with it.
+const XDPRouter = `
+nodes:
+  h1: {}
+  r1: {kind: router, xdp: true}
+  h2: {}
+links:
+  - endpoints: [h1, r1]
+  - endpoints: [r1, h2]
+`
+
 // Up starts the topology in yaml (its name: key, if any, is replaced by a unique one) and
 // removes the lab when the test ends. It fails t (in CI) or skips it when not privileged.
 func Up(t testing.TB, yaml string) *lab.Lab {

@@ -1,0 +1,54 @@
+package lab
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Legacy ethtool commands (linux/ethtool.h) that switch one offload each; the kernel maps them
+// onto the device's feature bits, as `ethtool -K DEV tx off gro on` does.
+const (
+	ethtoolSetTxCsum = 0x17 // ETHTOOL_STXCSUM: every tx checksum feature
+	ethtoolSetGRO    = 0x2c // ETHTOOL_SGRO
+)
+
+// ethtoolValue is struct ethtool_value.
+type ethtoolValue struct {
+	cmd, data uint32
+}
+
+// ifreqData is struct ifreq with its union used as ifr_data.
+type ifreqData struct {
+	name [unix.IFNAMSIZ]byte
+	data unsafe.Pointer
+	_    [16]byte // the rest of the union
+}
+
+// prepareXDPPeer sets up the interface at the other end of a link from a node that forwards
+// with XDP redirects (topo.Node.XDP). A frame redirected into a veth reaches its peer only
+// through the peer's NAPI, which GRO provides; and a redirected frame has lost the skb's
+// checksum state, so its sender must write complete checksums instead of leaving them to an
+// offload (CHECKSUM_PARTIAL). docs/conntrack.md has the details.
+func prepareXDPPeer(ifname string) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("ethtool socket: %w", err)
+	}
+	defer unix.Close(fd)
+	for _, s := range []struct {
+		what string
+		v    ethtoolValue
+	}{
+		{"switch GRO on", ethtoolValue{ethtoolSetGRO, 1}},
+		{"switch tx checksum offload off", ethtoolValue{ethtoolSetTxCsum, 0}},
+	} {
+		ifr := ifreqData{data: unsafe.Pointer(&s.v)}
+		copy(ifr.name[:unix.IFNAMSIZ-1], ifname)
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr))); errno != 0 {
+			return fmt.Errorf("%s on %s: %w", s.what, ifname, errno)
+		}
+	}
+	return nil
+}
