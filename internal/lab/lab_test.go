@@ -128,6 +128,7 @@ nodes:
 links:
   - endpoints: [h1, r1]
   - endpoints: [r1, h2]
+    rate: 500mbit
   - endpoints: [h2, r2]
   - endpoints: [r2, h3]
 `)
@@ -135,12 +136,13 @@ links:
 		node  string
 		iface int
 		want  map[string]string
+		qdisc string // root qdisc
 	}{
-		{"h1", 0, map[string]string{"tx-checksumming": "off", "generic-receive-offload": "on"}},
-		{"h2", 0, map[string]string{"tx-checksumming": "off", "generic-receive-offload": "on"}},
-		{"h2", 1, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}},
-		{"r1", 0, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}},
-		{"h3", 0, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}},
+		{"h1", 0, map[string]string{"tx-checksumming": "off", "generic-receive-offload": "on"}, "pfifo_fast"},
+		{"h2", 0, map[string]string{"tx-checksumming": "off", "generic-receive-offload": "on"}, "htb"}, // shaped link
+		{"h2", 1, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}, "noqueue"},
+		{"r1", 0, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}, "noqueue"},
+		{"h3", 0, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}, "noqueue"},
 	} {
 		n, err := l.Node(c.node)
 		if err != nil {
@@ -152,6 +154,10 @@ links:
 			if !strings.Contains(out, "\n"+feature+": "+want) {
 				t.Errorf("%s %s: want %s: %s in:\n%s", c.node, dev, feature, want, out)
 			}
+		}
+		// Peers get a queue that holds a burst while the XDP node's ring is full.
+		if qd := labtest.Run(t, l, c.node, "tc", "qdisc", "show", "dev", dev, "root"); !strings.HasPrefix(qd, "qdisc "+c.qdisc+" ") {
+			t.Errorf("%s %s: root qdisc %q, want %s", c.node, dev, qd, c.qdisc)
 		}
 	}
 }

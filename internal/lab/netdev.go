@@ -98,7 +98,7 @@ func (l *Lab) setupIface(ifc *topo.Iface) error {
 		return fmt.Errorf("bring up: %w", err)
 	}
 	if ifc.Peer().Node.XDP {
-		if err := prepareXDPPeer(dev.Attrs().Name); err != nil {
+		if err := prepareXDPPeer(dev, ifc.Link.Rate > 0); err != nil {
 			return err
 		}
 	}

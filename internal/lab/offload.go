@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,12 +27,17 @@ type ifreqData struct {
 	_    [16]byte // the rest of the union
 }
 
-// prepareXDPPeer sets up the interface at the other end of a link from a node that forwards
-// with XDP redirects (topo.Node.XDP). A frame redirected into a veth reaches its peer only
-// through the peer's NAPI, which GRO provides; and a redirected frame has lost the skb's
+// prepareXDPPeer sets up dev, the interface at the other end of a link from a node that
+// forwards with XDP redirects (topo.Node.XDP). A frame redirected into a veth reaches its peer
+// only through the peer's NAPI, which GRO provides; and a redirected frame has lost the skb's
 // checksum state, so its sender must write complete checksums instead of leaving them to an
-// offload (CHECKSUM_PARTIAL). docs/conntrack.md has the details.
-func prepareXDPPeer(ifname string) error {
+// offload (CHECKSUM_PARTIAL). Unless the link is shaped (HTB), dev also gets a pfifo_fast
+// qdisc, a real NIC's default: the XDP node's receive ring holds 256 frames, and a veth with a
+// qdisc stops its queue while that ring is full where the default noqueue drops the burst
+// (measured: 8 TCP flows through conntrack lost 200,000 segments in 4 s without it, none with
+// it). docs/conntrack.md has the details.
+func prepareXDPPeer(dev netlink.Link, shaped bool) error {
+	ifname := dev.Attrs().Name
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("ethtool socket: %w", err)
@@ -49,6 +55,14 @@ func prepareXDPPeer(ifname string) error {
 		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr))); errno != 0 {
 			return fmt.Errorf("%s on %s: %w", s.what, ifname, errno)
 		}
+	}
+	if shaped {
+		return nil
+	}
+	q := &netlink.GenericQdisc{QdiscType: "pfifo_fast",
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: dev.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT}}
+	if err := netlink.QdiscAdd(q); err != nil {
+		return fmt.Errorf("add pfifo_fast qdisc to %s: %w", ifname, err)
 	}
 	return nil
 }
