@@ -93,6 +93,8 @@ var floodSrc = netip.MustParseAddr("198.18.0.100")
 type Result struct {
 	TCP1Gbps     float64 `json:"tcp_1_flow_gbps"`
 	TCP8Gbps     float64 `json:"tcp_8_flows_gbps"`
+	TCP1Retrans  float64 `json:"tcp_1_flow_retransmits"`
+	TCP8Retrans  float64 `json:"tcp_8_flows_retransmits"`
 	UDP64pps     float64 `json:"udp_64b_rx_pps"`
 	UDP64Offered float64 `json:"udp_64b_offered_pps"`
 }
@@ -238,8 +240,8 @@ func run(ctx context.Context) error {
 				return fmt.Errorf("%s: %w", m, err)
 			}
 			var r Result
-			if r.TCP1Gbps, err = bn.tcp(ctx, 1); err == nil {
-				if r.TCP8Gbps, err = bn.tcp(ctx, 8); err == nil {
+			if r.TCP1Gbps, r.TCP1Retrans, err = bn.tcp(ctx, 1); err == nil {
+				if r.TCP8Gbps, r.TCP8Retrans, err = bn.tcp(ctx, 8); err == nil {
 					r.UDP64pps, r.UDP64Offered, err = bn.udp64(ctx)
 				}
 			}
@@ -255,6 +257,8 @@ func run(ctx context.Context) error {
 		rep.Results[m] = &Result{
 			TCP1Gbps:     median(samples[m], func(r Result) float64 { return r.TCP1Gbps }),
 			TCP8Gbps:     median(samples[m], func(r Result) float64 { return r.TCP8Gbps }),
+			TCP1Retrans:  median(samples[m], func(r Result) float64 { return r.TCP1Retrans }),
+			TCP8Retrans:  median(samples[m], func(r Result) float64 { return r.TCP8Retrans }),
 			UDP64pps:     median(samples[m], func(r Result) float64 { return r.UDP64pps }),
 			UDP64Offered: median(samples[m], func(r Result) float64 { return r.UDP64Offered }),
 		}
@@ -361,6 +365,9 @@ type iperfOut struct {
 			BPS   float64 `json:"bits_per_second"`
 			Bytes uint64  `json:"bytes"`
 		} `json:"sum_received"`
+		SumSent struct {
+			Retransmits int `json:"retransmits"`
+		} `json:"sum_sent"`
 		Sum struct {
 			Packets     int     `json:"packets"`
 			LostPackets int     `json:"lost_packets"`
@@ -423,12 +430,13 @@ func (b *bench) iperfOn(ctx context.Context, port int, args ...string) (*iperfOu
 	return &r, nil
 }
 
-func (b *bench) tcp(ctx context.Context, flows int) (float64, error) {
+// tcp runs iperf3 with flows streams: Gbit/s received and segments retransmitted.
+func (b *bench) tcp(ctx context.Context, flows int) (float64, float64, error) {
 	r, err := b.iperf(ctx, "-P", fmt.Sprint(flows))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return r.End.SumReceived.BPS / 1e9, nil
+	return r.End.SumReceived.BPS / 1e9, float64(r.End.SumSent.Retransmits), nil
 }
 
 // frame builds a frame from h1 as it leaves h1's veth for r1.
@@ -796,6 +804,8 @@ func printReport(r *Report) {
 	row("TCP iperf3, 8 flows", "Gbit/s", k.TCP8Gbps, n.TCP8Gbps, f.TCP8Gbps, func(r Result) float64 { return r.TCP8Gbps })
 	row("UDP 64 B forwarded (xdpgen, 1 established flow)", "pkt/s", k.UDP64pps, n.UDP64pps, f.UDP64pps, func(r Result) float64 { return r.UDP64pps })
 	row("UDP 64 B offered by xdpgen (same runs)", "pkt/s", k.UDP64Offered, n.UDP64Offered, f.UDP64Offered, func(r Result) float64 { return r.UDP64Offered })
+	fmt.Printf("| TCP retransmissions (iperf3), 1 / 8 flows | %.0f / %.0f | %.0f / %.0f | %.0f / %.0f | | |\n",
+		k.TCP1Retrans, k.TCP8Retrans, n.TCP1Retrans, n.TCP8Retrans, f.TCP1Retrans, f.TCP8Retrans)
 	fmt.Printf("\nThroughputs are medians over the rounds; ratios are medians of the ratios within each round. flowplane/kernel and flowplane/nftables in each round:\n%s\n", strings.Join(perRound, "\n"))
 	fmt.Println("The generator runs on one thread of h1; on veth, r1's and h2's receive work runs on the same CPU, so both rates measure the whole path and the offered rate falls with the router's cost.")
 	fmt.Printf("\nXDP cost, established TCP segment (BPF_PROG_TEST_RUN): %.0f ns/packet (an XDP_PASS-only program: %.0f ns)\n", r.NsPerPkt, r.NsPerPktNoop)
