@@ -4,8 +4,9 @@
 // connection), so the small RPCs offer the same load whether or not they complete faster. The
 // baseline runs in a cgroup without a program, the policy run in a cgroup with the tune policy
 // (cwnd clamp, SYN RTO 10 ms, 150 KB buffers for intra-DC peers); the two alternate per X in
-// one run. It also measures connection setup with 1,000 rules loaded against no program: wall
-// rate, CPU per connection and the kernel's run time of the program, paired per round.
+// one run. It also measures connection setup with 1,000 rules loaded against no program and a
+// `return 1` program: wall rate, CPU per connection and the kernel's run time of the programs,
+// from short slices of one loop at a time on one CPU.
 //
 // The binary re-executes itself as the RPC load generator (`tune rpc …`) inside namespaces and
 // cgroups.
@@ -16,9 +17,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,6 +61,7 @@ type config struct {
 	rules        int
 	connRounds   int
 	connDur      time.Duration
+	connCPU      int
 	connProfile  string
 	smallGap     time.Duration
 }
@@ -76,9 +81,10 @@ func main() {
 	flag.DurationVar(&c.dur, "d", 5*time.Second, "duration of each run")
 	flag.DurationVar(&c.smallGap, "small-gap", 50*time.Millisecond, "each 10 KB RPC flow starts an RPC this often (0: back-to-back)")
 	flag.IntVar(&c.rules, "rules", 1000, "rules loaded for the connection setup measurement")
-	flag.IntVar(&c.connRounds, "conn-rounds", 40, "rounds of the connection setup measurement (each runs the no-program and the policy loop at once; medians of paired ratios)")
+	flag.IntVar(&c.connRounds, "conn-rounds", 300, "rounds of the connection setup measurement (each runs one slice of each arm, one at a time)")
 	flag.StringVar(&c.connProfile, "conn-profile", "{init_cwnd: 10}", "profile of the connection setup measurement's rules")
-	flag.DurationVar(&c.connDur, "conn-d", time.Second, "duration of each connection setup round")
+	flag.DurationVar(&c.connDur, "conn-d", 100*time.Millisecond, "duration of each connection setup slice")
+	flag.IntVar(&c.connCPU, "conn-cpu", runtime.NumCPU()-1, "CPU the connection setup loops and servers are pinned to")
 	flag.Parse()
 	for _, s := range strings.FieldsFunc(*xs, func(r rune) bool { return r == ',' }) {
 		n, err := strconv.Atoi(s)
@@ -100,7 +106,8 @@ type bench struct {
 	l    *lab.Lab
 	self string
 	dst  string
-	cgs  map[string]string // base, dc, rules
+	cgs  map[string]string // base, dc, rules, floor
+	fds  []io.Closer       // cgroup descriptors of prepared commands (closed at the end)
 }
 
 func run(c config) error {
@@ -192,7 +199,7 @@ rules:
 	}
 	defer floorLink.Close()
 	// RPC servers: one per cgroup on dst (the policy also tunes the receiver's passive side).
-	ports := map[string]string{"base": "7000", "dc": "7001", "rules": "7002", "floor": "7003"}
+	ports := map[string]string{"base": "7000", "dc": "7001"}
 	for k, port := range ports {
 		p, err := b.start("dst", b.cgs[k], "rpc", "server", "-addr", ":"+port)
 		if err != nil {
@@ -276,7 +283,7 @@ rules:
 		"Goals: retransmissions ≥5× lower (ratio ≤ 0.2), 10 KB p99 ≤ 0.5× baseline, 1 MB goodput ≥ 0.95× baseline.",
 	}
 
-	ct, connData, err := b.connSetup(c, kern, ports)
+	ct, connData, err := b.connSetup(c, kern, floor)
 	if err != nil {
 		return err
 	}
@@ -289,14 +296,31 @@ rules:
 	return report.Save(report.Result{Name: "tune", Tables: tables, Data: connData})
 }
 
-// connSetup measures connection setup on dst's loopback with no program against the
-// many-rule policy. Each round runs one connect loop in each cgroup at the same time (the
-// start order alternating), so whatever else loads the shared machine loads both alike, and
-// the round's ratios pair the two; the medians over rounds are the figures. The wall rate is
-// what the goal names, but on a shared machine it moves with other load; CPU time per
-// connection and the kernel's own accounting of the program's run time (BPF_ENABLE_STATS, on
-// for the rounds themselves) are steadier.
-func (b *bench) connSetup(c config, kern tune.Kernel, ports map[string]string) (*report.Table, map[string]any, error) {
+// The arms of the connection setup measurement: a cgroup without a program, one with a sock_ops
+// program that only returns 1 (the floor), one with the many-rule policy.
+var connArms = []string{"base", "floor", "rules"}
+
+// connSlice is one slice of one arm's connect loop.
+type connSlice struct {
+	Arm     string  `json:"arm"`
+	Round   int     `json:"round"`
+	Calls   int     `json:"calls"`
+	Errors  int     `json:"errors"`
+	Seconds float64 `json:"seconds"`
+	CPUNs   int64   `json:"cpu_ns"`
+	BPFNs   uint64  `json:"bpf_ns"`   // the arm's program's run_time_ns during the slice
+	BPFRuns uint64  `json:"bpf_runs"` // and its run count
+}
+
+// connSetup measures connection setup on dst's loopback with no program, the floor program and
+// the many-rule policy. One resident connect-loop process per arm (and its server) is pinned to
+// one CPU; the arms run one at a time in short slices, every round in a different order
+// (the six orders of three in turn), so load elsewhere on the shared machine meets every arm
+// alike and no loop competes with another. Each arm's rate is its connections over its time
+// summed over all slices (a ratio of sums), and the spread of the ratios between arms is a
+// bootstrap over rounds. The kernel's own accounting of the programs' run time (BPF_ENABLE_STATS,
+// read around each slice of the arm) gives the BPF time per connection.
+func (b *bench) connSetup(c config, kern tune.Kernel, floor *ebpf.Program) (*report.Table, map[string]any, error) {
 	st, err := tune.ReadStatus(benchName("rules"), kern)
 	if err != nil {
 		return nil, nil, err
@@ -306,102 +330,206 @@ func (b *bench) connSetup(c config, kern tune.Kernel, ports map[string]string) (
 		return nil, nil, err
 	}
 	defer prog.Close()
+	progs := map[string]*ebpf.Program{"rules": prog, "floor": floor}
+	cpu := strconv.Itoa(c.connCPU)
+	type loop struct {
+		cmd *lab.NodeCmd
+		in  io.WriteCloser
+		out *json.Decoder
+	}
+	loops := map[string]*loop{}
+	defer func() {
+		for _, fd := range b.fds {
+			_ = fd.Close()
+		}
+		for _, l := range loops {
+			_ = l.in.Close()
+			_ = l.cmd.Process.Kill()
+			_ = l.cmd.Wait()
+		}
+	}()
+	for i, arm := range connArms {
+		port := strconv.Itoa(7010 + i)
+		srv, err := b.pinned(b.cgs[arm], cpu, "rpc", "server", "-addr", "127.0.0.1:"+port)
+		if err == nil {
+			err = srv.Start()
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		loops[arm+" server"] = &loop{cmd: srv, in: nopCloser{}}
+		cmd, err := b.pinned(b.cgs[arm], cpu, "rpc", "slices", "-addr", "127.0.0.1:"+port)
+		if err != nil {
+			return nil, nil, err
+		}
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, nil, err
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, nil, err
+		}
+		loops[arm] = &loop{cmd: cmd, in: in, out: json.NewDecoder(out)}
+	}
+	time.Sleep(300 * time.Millisecond)
+	slice := func(arm string, d time.Duration) (rpc.Result, error) {
+		var res rpc.Result
+		l := loops[arm]
+		if _, err := fmt.Fprintln(l.in, d); err != nil {
+			return res, fmt.Errorf("%s connect loop: %w", arm, err)
+		}
+		if err := l.out.Decode(&res); err != nil {
+			return res, fmt.Errorf("%s connect loop: %w", arm, err)
+		}
+		return res, nil
+	}
+	// One slice per arm first, not counted: the loops' first connections warm caches and the
+	// Go runtime.
+	for _, arm := range connArms {
+		if _, err := slice(arm, c.connDur); err != nil {
+			return nil, nil, err
+		}
+	}
 	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 	if err != nil {
 		return nil, nil, fmt.Errorf("enable BPF statistics: %w", err)
 	}
 	defer stats.Close()
-	before, err := prog.Stats()
-	if err != nil {
-		return nil, nil, err
-	}
-	type loop struct {
-		rate, cpuNs float64
-		calls       int
-	}
-	// pair runs one connect loop in the base cgroup and one in mode's at the same time.
-	pair := func(mode string, r int) (base, other loop, err error) {
-		modes := []string{"base", mode}
-		if r%2 == 1 {
-			modes[0], modes[1] = modes[1], modes[0]
-		}
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		got := map[string]loop{}
-		for _, m := range modes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				out, cpu, lerr := b.runInCPU("dst", b.cgs[m], "rpc", "connect", "-addr", "127.0.0.1:"+ports[m], "-workers", "1", "-d", c.connDur.String())
-				var res rpc.Result
-				if lerr == nil {
-					lerr = json.Unmarshal(out, &res)
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if lerr != nil {
-					err = fmt.Errorf("connect loop: %v: %s", lerr, out)
-					return
-				}
-				got[m] = loop{float64(res.Connect.Calls) / res.Seconds, float64(cpu.Nanoseconds()) / float64(max(res.Connect.Calls, 1)), res.Connect.Calls}
-			}()
-			time.Sleep(time.Millisecond) // the start order alternates
-		}
-		wg.Wait()
-		return got["base"], got[mode], err
-	}
-	var rateRatios, cpuRatios, floorRatios, floorCPURatios, baseRates, ruleRates, baseCPU, ruleCPU []float64
-	var ruleCalls int
+	orders := [][]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}, {1, 0, 2}, {0, 2, 1}}
+	var slices []connSlice
 	for r := 0; r < c.connRounds; r++ {
-		base, rules, err := pair("rules", r)
-		if err != nil {
-			return nil, nil, err
+		for _, i := range orders[r%len(orders)] {
+			arm := connArms[i]
+			var before, after *ebpf.ProgramStats
+			if p := progs[arm]; p != nil {
+				if before, err = p.Stats(); err != nil {
+					return nil, nil, err
+				}
+			}
+			res, err := slice(arm, c.connDur)
+			if err != nil {
+				return nil, nil, err
+			}
+			sl := connSlice{Arm: arm, Round: r, Calls: res.Connect.Calls, Errors: res.Connect.Errors, Seconds: res.Seconds, CPUNs: res.CPUNs}
+			if p := progs[arm]; p != nil {
+				if after, err = p.Stats(); err != nil {
+					return nil, nil, err
+				}
+				sl.BPFNs, sl.BPFRuns = uint64(after.Runtime-before.Runtime), after.RunCount-before.RunCount
+			}
+			slices = append(slices, sl)
 		}
-		baseRates, ruleRates = append(baseRates, base.rate), append(ruleRates, rules.rate)
-		baseCPU, ruleCPU = append(baseCPU, base.cpuNs), append(ruleCPU, rules.cpuNs)
-		rateRatios = append(rateRatios, rules.rate/base.rate)
-		cpuRatios = append(cpuRatios, rules.cpuNs/base.cpuNs)
-		ruleCalls += rules.calls
-		fbase, floor, err := pair("floor", r)
-		if err != nil {
-			return nil, nil, err
-		}
-		floorRatios = append(floorRatios, floor.rate/fbase.rate)
-		floorCPURatios = append(floorCPURatios, floor.cpuNs/fbase.cpuNs)
 	}
-	after, err := prog.Stats()
+	return connTable(c, slices), map[string]any{"connect_slices": slices, "connect_slice_seconds": c.connDur.Seconds(), "connect_cpu": c.connCPU}, nil
+}
+
+// pinned prepares the load generator on dst inside cgroup, pinned to cpu (taskset); the caller
+// starts it.
+func (b *bench) pinned(cgroup, cpu string, args ...string) (*lab.NodeCmd, error) {
+	cmd, err := b.l.Command(context.Background(), "dst", "taskset", append([]string{"-c", cpu, b.self}, args...)...)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	n := float64(max(ruleCalls, 1))
-	progNs := float64(after.Runtime-before.Runtime) / n
-	runsPerConn := float64(after.RunCount-before.RunCount) / n
-	for _, xs := range [][]float64{rateRatios, cpuRatios, floorRatios, floorCPURatios} {
+	fd, err := tune.IntoCgroup(cmd.Cmd, cgroup)
+	if err != nil {
+		return nil, err
+	}
+	// IntoCgroup's descriptor must stay open until Start (connSetup closes them all).
+	b.fds = append(b.fds, fd)
+	cmd.Stderr = os.Stderr
+	return cmd, nil
+}
+
+type nopCloser struct{}
+
+func (nopCloser) Write(p []byte) (int, error) { return len(p), nil }
+func (nopCloser) Close() error                { return nil }
+
+// connTable summarizes the slices: per arm the sums over all slices, ratios of sums to the
+// arm without a program with a 95 % bootstrap interval over rounds, and the median and
+// quartiles of the per-round ratios (what earlier runs reported).
+func connTable(c config, slices []connSlice) *report.Table {
+	type sums struct{ calls, secs, cpu, bpf, runs float64 }
+	perRound := make([]map[string]sums, c.connRounds)
+	total := map[string]sums{}
+	for _, sl := range slices {
+		if perRound[sl.Round] == nil {
+			perRound[sl.Round] = map[string]sums{}
+		}
+		for _, m := range []map[string]sums{perRound[sl.Round], total} {
+			s := m[sl.Arm]
+			s.calls += float64(sl.Calls)
+			s.secs += sl.Seconds
+			s.cpu += float64(sl.CPUNs)
+			s.bpf += float64(sl.BPFNs)
+			s.runs += float64(sl.BPFRuns)
+			m[sl.Arm] = s
+		}
+	}
+	rate := func(s sums) float64 { return s.calls / s.secs }
+	cpu := func(s sums) float64 { return s.cpu / s.calls }
+	// boot resamples rounds with replacement (a fixed seed: the same slices give the same
+	// interval) and returns the 2.5th and 97.5th percentiles of f over the resampled sums.
+	boot := func(arm string, f func(a, base sums) float64) (lo, hi float64) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		var xs []float64
+		for i := 0; i < 2000; i++ {
+			var a, base sums
+			for j := 0; j < c.connRounds; j++ {
+				r := perRound[rng.IntN(c.connRounds)]
+				a.calls, a.secs, a.cpu = a.calls+r[arm].calls, a.secs+r[arm].secs, a.cpu+r[arm].cpu
+				base.calls, base.secs, base.cpu = base.calls+r["base"].calls, base.secs+r["base"].secs, base.cpu+r["base"].cpu
+			}
+			xs = append(xs, f(a, base))
+		}
 		sort.Float64s(xs)
+		return rpc.Percentile(xs, 2.5), rpc.Percentile(xs, 97.5)
 	}
-	bc := report.Median(baseCPU)
-	q := func(xs []float64) string {
+	rateRatio := func(a, base sums) float64 { return rate(a) / rate(base) }
+	cpuRatio := func(a, base sums) float64 { return cpu(a) / cpu(base) }
+	quart := func(arm string) string {
+		var xs []float64
+		for _, r := range perRound {
+			xs = append(xs, rate(r[arm])/rate(r["base"]))
+		}
+		sort.Float64s(xs)
 		return fmt.Sprintf("%.3f / %.3f / %.3f", rpc.Percentile(xs, 25), rpc.Percentile(xs, 50), rpc.Percentile(xs, 75))
 	}
+	withCI := func(arm string, f func(a, base sums) float64) string {
+		lo, hi := boot(arm, f)
+		return fmt.Sprintf("%.3f [%.3f, %.3f]", f(total[arm], total["base"]), lo, hi)
+	}
+	base := total["base"]
 	ct := &report.Table{
-		Title: fmt.Sprintf("tune: connection setup with %d rules loaded (loopback, connect+close, two loops at once, %d rounds of %v per pair)", c.rules, c.connRounds, c.connDur),
-		Columns: []string{"program", "connections/s (median of rounds)", "rate ratio to none p25 / median / p75 (paired per round)",
-			"client CPU µs per connection (median)", "CPU ratio p25 / median / p75 (paired)", "BPF µs per connection (kernel stats)", "rate ratio implied by BPF time"},
-		Notes: []string{"Goal: rate ratio ≥ 0.98. Both ends of every connection are in the cgroup, so active and passive callbacks run; " +
+		Title: fmt.Sprintf("tune: connection setup with %d rules loaded (loopback, connect+close, one loop at a time on CPU %d, %d rounds of one %v slice per arm)", c.rules, c.connCPU, c.connRounds, c.connDur),
+		Columns: []string{"program", "connections/s (all slices)", "rate ratio to none, ratio of sums [95 % bootstrap]", "per-round rate ratio p25 / median / p75",
+			"CPU µs per connection", "CPU ratio to none [95 % bootstrap]", "BPF µs per connection (kernel stats)", "program runs per connection", "rate ratio implied by BPF time"},
+		Notes: []string{"Goal: rate ratio ≥ 0.98 (the tune row's ratio of sums). Both ends of every connection are in the cgroup, so active and passive callbacks run; " +
 			"the rules are 999 /24 prefixes that do not match and a catch-all that does (profile: " + c.connProfile + ").",
-			"Floor: a sock_ops program that only returns 1, paired with none in the same rounds: what attaching any sock_ops program costs here (the kernel's callbacks and their dispatch).",
-			"Client CPU per connection: user+system time of the connecting process (on loopback it also runs the passive side's handshake in softirq) divided by its connections. " +
-				fmt.Sprintf("BPF time: the program's run_time_ns over the same rounds (stats on for them, which costs the policy side a little) divided by its connections; %.1f program runs per connection. ", runsPerConn) +
-				"Implied rate ratio: median baseline CPU per connection / (that + BPF time), the rate if the program's own time were the only difference.",
+			"Method: one resident connect loop (and its server) per arm, all pinned to one CPU; the arms run one at a time, one slice each per round, in the six orders of three in turn. " +
+				"An arm's rate is its connections over its time summed over every slice; the interval resamples rounds (2,000 bootstrap draws). " +
+				"Floor: a sock_ops program that only returns 1, measured the same way: what attaching any sock_ops program costs here.",
+			"CPU per connection: user+system time of the connecting process during its slices (on loopback it also runs the passive side's handshake in softirq) over its connections. " +
+				"BPF time: the arm's program's run_time_ns during its slices over its connections. Implied rate ratio: CPU per connection without a program / (that + BPF time), " +
+				"the rate if the program's own time were the only difference.",
 		},
 	}
-	ct.Add("none", f1(report.Median(baseRates)), "", f1(bc/1e3), "", "", "")
-	ct.Add("floor: `return 1`", "", q(floorRatios), "", q(floorCPURatios), "", "")
-	ct.Add(fmt.Sprintf("tune, %d rules", c.rules), f1(report.Median(ruleRates)), q(rateRatios), f1(report.Median(ruleCPU)/1e3), q(cpuRatios),
-		f2(progNs/1e3), fmt.Sprintf("%.3f", bc/(bc+progNs)))
-	return ct, map[string]any{"connect_base": baseRates, "connect_rules": ruleRates, "connect_rate_ratios": rateRatios, "connect_cpu_ratios": cpuRatios,
-		"connect_floor_rate_ratios": floorRatios, "connect_floor_cpu_ratios": floorCPURatios,
-		"connect_cpu_ns_base": baseCPU, "connect_cpu_ns_rules": ruleCPU, "program_ns_per_connection": progNs, "program_runs_per_connection": runsPerConn}, nil
+	ct.Add("none", f1(rate(base)), "", "", f1(cpu(base)/1e3), "", "", "", "")
+	for _, arm := range []string{"floor", "rules"} {
+		t := total[arm]
+		bpf := t.bpf / t.calls
+		label := "floor: `return 1`"
+		if arm == "rules" {
+			label = fmt.Sprintf("tune, %d rules", c.rules)
+		}
+		ct.Add(label, f1(rate(t)), withCI(arm, rateRatio), quart(arm), f1(cpu(t)/1e3), withCI(arm, cpuRatio),
+			f2(bpf/1e3), f1(t.runs/t.calls), fmt.Sprintf("%.3f", cpu(base)/(cpu(base)+bpf)))
+	}
+	return ct
 }
 
 func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }

@@ -5,6 +5,7 @@
 package rpc
 
 import (
+	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -114,6 +116,7 @@ type Result struct {
 	Small   Class   `json:"small"`  // back-to-back small RPCs
 	Stream  Class   `json:"stream"` // the streaming flow
 	Connect Class   `json:"connect"`
+	CPUNs   int64   `json:"cpu_ns,omitempty"` // slices: user+system time of the process during the slice
 }
 
 // Percentile returns the p-th percentile (0-100) of sorted latencies, nearest rank.
@@ -237,11 +240,50 @@ func ConnectLoop(addr string, workers int, d time.Duration) Result {
 	return res
 }
 
-// Main runs the load generator as a command: rpc server ADDR | rpc mix … | rpc connect ….
+// Slices runs one connect loop (one worker) per line read from in, for the duration the line
+// gives, and writes each slice's Result (with the process's CPU time during it) as a line of
+// JSON to out; it returns at the end of in. A benchmark keeps one such process per setting
+// resident and runs their slices one at a time.
+func Slices(addr string, in io.Reader, out io.Writer) error {
+	sc := bufio.NewScanner(in)
+	enc := json.NewEncoder(out)
+	for sc.Scan() {
+		d, err := time.ParseDuration(sc.Text())
+		if err != nil {
+			return err
+		}
+		before, err := cpuTime()
+		if err != nil {
+			return err
+		}
+		res := ConnectLoop(addr, 1, d)
+		after, err := cpuTime()
+		if err != nil {
+			return err
+		}
+		res.CPUNs = after - before
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+// cpuTime is the process's user+system time in nanoseconds.
+func cpuTime() (int64, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano(), nil
+}
+
+// Main runs the load generator as a command: rpc server ADDR | rpc mix … | rpc connect … |
+// rpc slices … (durations on stdin).
 // It prints a Result as JSON for the client modes.
 func Main(args []string) error {
 	if len(args) == 0 {
-		return errors.New("rpc: want server, mix or connect")
+		return errors.New("rpc: want server, mix, connect or slices")
 	}
 	fs := flag.NewFlagSet("rpc "+args[0], flag.ContinueOnError)
 	addr := fs.String("addr", "", "server address host:port")
@@ -268,6 +310,8 @@ func Main(args []string) error {
 		return json.NewEncoder(os.Stdout).Encode(Mix(*addr, *x, *smallLoops, *large, *small, *stream, *smallGap, *dur))
 	case "connect":
 		return json.NewEncoder(os.Stdout).Encode(ConnectLoop(*addr, *workers, *dur))
+	case "slices":
+		return Slices(*addr, os.Stdin, os.Stdout)
 	}
 	return fmt.Errorf("rpc: unknown mode %q", args[0])
 }
