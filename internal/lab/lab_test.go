@@ -141,7 +141,8 @@ links:
 		{"h1", 0, map[string]string{"tx-checksumming": "off", "generic-receive-offload": "on"}, "pfifo_fast"},
 		{"h2", 0, map[string]string{"tx-checksumming": "off", "generic-receive-offload": "on"}, "htb"}, // shaped link
 		{"h2", 1, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}, "noqueue"},
-		{"r1", 0, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}, "noqueue"},
+		{"r1", 0, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}, "pfifo_fast"},
+		{"r1", 1, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}, "htb"},
 		{"h3", 0, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}, "noqueue"},
 	} {
 		n, err := l.Node(c.node)
@@ -155,7 +156,7 @@ links:
 				t.Errorf("%s %s: want %s: %s in:\n%s", c.node, dev, feature, want, out)
 			}
 		}
-		// Peers get a queue that holds a burst while the XDP node's ring is full.
+		// Both ends of an XDP node's links get a queue that holds a burst while a ring is full.
 		if qd := labtest.Run(t, l, c.node, "tc", "qdisc", "show", "dev", dev, "root"); !strings.HasPrefix(qd, "qdisc "+c.qdisc+" ") {
 			t.Errorf("%s %s: root qdisc %q, want %s", c.node, dev, qd, c.qdisc)
 		}

@@ -98,7 +98,12 @@ func (l *Lab) setupIface(ifc *topo.Iface) error {
 		return fmt.Errorf("bring up: %w", err)
 	}
 	if ifc.Peer().Node.XDP {
-		if err := prepareXDPPeer(dev, ifc.Link.Rate > 0); err != nil {
+		if err := prepareXDPPeer(dev.Attrs().Name); err != nil {
+			return err
+		}
+	}
+	if (ifc.Node.XDP || ifc.Peer().Node.XDP) && ifc.Link.Rate == 0 {
+		if err := addQueue(dev); err != nil {
 			return err
 		}
 	}

@@ -31,13 +31,8 @@ type ifreqData struct {
 // forwards with XDP redirects (topo.Node.XDP). A frame redirected into a veth reaches its peer
 // only through the peer's NAPI, which GRO provides; and a redirected frame has lost the skb's
 // checksum state, so its sender must write complete checksums instead of leaving them to an
-// offload (CHECKSUM_PARTIAL). Unless the link is shaped (HTB), dev also gets a pfifo_fast
-// qdisc, a real NIC's default: the XDP node's receive ring holds 256 frames, and a veth with a
-// qdisc stops its queue while that ring is full where the default noqueue drops the burst
-// (measured: 8 TCP flows through conntrack lost 200,000 segments in 4 s without it, none with
-// it). docs/conntrack.md has the details.
-func prepareXDPPeer(dev netlink.Link, shaped bool) error {
-	ifname := dev.Attrs().Name
+// offload (CHECKSUM_PARTIAL). docs/conntrack.md has the details.
+func prepareXDPPeer(ifname string) error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("ethtool socket: %w", err)
@@ -56,13 +51,20 @@ func prepareXDPPeer(dev netlink.Link, shaped bool) error {
 			return fmt.Errorf("%s on %s: %w", s.what, ifname, errno)
 		}
 	}
-	if shaped {
-		return nil
-	}
+	return nil
+}
+
+// addQueue gives dev, an unshaped interface on a link of an XDP node, a pfifo_fast root qdisc
+// (a NIC's default) in place of veth's noqueue. With GRO or XDP on, a veth receives through a
+// ring of 256 frames; a sender with a qdisc stops its queue while the ring is full and the burst
+// waits, where noqueue drops it (measured: 8 TCP flows through conntrack lost 200,000 segments
+// in 4 s without it). Both ends get one, so the kernel's own forwarding out of the XDP node
+// (XDP_PASS, or no program) queues too.
+func addQueue(dev netlink.Link) error {
 	q := &netlink.GenericQdisc{QdiscType: "pfifo_fast",
 		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: dev.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT}}
 	if err := netlink.QdiscAdd(q); err != nil {
-		return fmt.Errorf("add pfifo_fast qdisc to %s: %w", ifname, err)
+		return fmt.Errorf("add pfifo_fast qdisc to %s: %w", dev.Attrs().Name, err)
 	}
 	return nil
 }
