@@ -58,7 +58,9 @@ const nftRules = `table inet fpctbench {
 var (
 	duration = 4 * time.Second
 	rounds   = 5
-	modes    = []string{"kernel", "nftables", "flowplane"}
+	// kernel-gro is kernel forwarding with GRO on r1's veths (a veth's default is off, a NIC's
+	// on): r1 then forwards 64 KB aggregates, which an XDP program never sees.
+	modes = []string{"kernel", "kernel-gro", "nftables", "flowplane"}
 )
 
 // The 64-byte test: one UDP flow h1:udpSport → h2:udpDport, established by one datagram each way,
@@ -274,6 +276,7 @@ func run(ctx context.Context) error {
 	rep.Notes = []string{
 		"veth lab on one host: all three modes share the same CPUs with iperf3 itself",
 		"hosts run with GRO on and tx checksum offload off in every mode (needed for XDP redirect into veth; r1 is marked xdp: true in the lab)",
+		"kernel-gro: kernel forwarding with GRO on both of r1's veths (a veth's default is off, a NIC's on): r1 forwards GRO aggregates of up to 64 KB, one route lookup and one qdisc pass each; an XDP program runs before GRO and handles every segment",
 		"iperf3 client pinned to CPU 0 and server to CPU 1 in every mode (-A); ratios are medians of the ratios within each round",
 		"udp_64b_rx_pps: one UDP flow of 64-byte frames (60 + FCS), made established by one datagram each way, sent by xdpgen (BPF_PROG_TEST_RUN live frames, one thread, full speed) from h1 for 3 s; frames per second counted at h2 by an XDP sink (count and drop) over the middle 2 s; the same in all three modes",
 		"udp_64b_offered_pps: frames the generator put into h1's veth per second, over the same window; on veth the receiving side's NAPI (r1, then h2) runs on the sender's CPU, so the offered rate falls with the router's cost: both rates measure the whole path on one CPU",
@@ -310,6 +313,23 @@ func (b *bench) setMode(ctx context.Context, mode string) (func(), error) {
 	switch mode {
 	case "kernel":
 		return func() {}, nil
+	case "kernel-gro":
+		var on []string
+		undo := func() {
+			for _, dev := range on {
+				if out, err := b.cmd(context.Background(), "r1", "ethtool", "-K", dev, "gro", "off"); err != nil {
+					slog.Warn("ethtool gro off", "dev", dev, "err", err, "out", out)
+				}
+			}
+		}
+		for _, dev := range []string{b.dev["r1:in"], b.dev["r1:out"]} {
+			if out, err := b.cmd(ctx, "r1", "ethtool", "-K", dev, "gro", "on"); err != nil {
+				undo()
+				return nil, fmt.Errorf("ethtool -K %s gro on: %v: %s", dev, err, out)
+			}
+			on = append(on, dev)
+		}
+		return undo, nil
 	case "nftables":
 		c, err := b.l.Command(ctx, "r1", "nft", "-f", "-")
 		if err != nil {
@@ -781,32 +801,33 @@ func (b *bench) nsPerPacket() (time.Duration, time.Duration, error) {
 }
 
 func printReport(r *Report) {
-	k, n, f := r.Results["kernel"], r.Results["nftables"], r.Results["flowplane"]
+	k, g, n, f := r.Results["kernel"], r.Results["kernel-gro"], r.Results["nftables"], r.Results["flowplane"]
 	fmt.Printf("## conntrack benchmark (%s, %d CPUs, iperf3 %gs, median of %d interleaved rounds)\n\n", r.Kernel, r.CPUs, r.DurationS, rounds)
-	fmt.Println("| test | kernel fwd | nftables ct | flowplane | flowplane / kernel | flowplane / nftables |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("| test | kernel fwd | kernel fwd, GRO on r1 | nftables ct | flowplane | flowplane / kernel | flowplane / kernel with GRO | flowplane / nftables |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
 	// Ratios are the medians of the ratios within each round (the modes of a round run back to
 	// back), so slow changes in the machine's other load cancel; each row's per-round ratios
 	// follow the table.
 	var perRound []string
-	row := func(name, unit string, kv, nv, fv float64, f func(Result) float64) {
-		var vk, vn []float64
+	row := func(name, unit string, m func(Result) float64) {
+		var vk, vg, vn []float64
 		var rs []string
 		for i, fs := range r.Samples["flowplane"] {
-			k, n := f(fs)/f(r.Samples["kernel"][i]), f(fs)/f(r.Samples["nftables"][i])
-			vk, vn = append(vk, k), append(vn, n)
-			rs = append(rs, fmt.Sprintf("%.2f/%.2f", k, n))
+			k, g, n := m(fs)/m(r.Samples["kernel"][i]), m(fs)/m(r.Samples["kernel-gro"][i]), m(fs)/m(r.Samples["nftables"][i])
+			vk, vg, vn = append(vk, k), append(vg, g), append(vn, n)
+			rs = append(rs, fmt.Sprintf("%.2f/%.2f/%.2f", k, g, n))
 		}
-		fmt.Printf("| %s | %.3g %s | %.3g %s | %.3g %s | %.2f× | %.2f× |\n", name, kv, unit, nv, unit, fv, unit, report.Median(vk), report.Median(vn))
+		fmt.Printf("| %s | %.3g %s | %.3g %s | %.3g %s | %.3g %s | %.2f× | %.2f× | %.2f× |\n", name, m(*k), unit, m(*g), unit, m(*n), unit, m(*f), unit,
+			report.Median(vk), report.Median(vg), report.Median(vn))
 		perRound = append(perRound, fmt.Sprintf("- %s: %s", name, strings.Join(rs, ", ")))
 	}
-	row("TCP iperf3, 1 flow", "Gbit/s", k.TCP1Gbps, n.TCP1Gbps, f.TCP1Gbps, func(r Result) float64 { return r.TCP1Gbps })
-	row("TCP iperf3, 8 flows", "Gbit/s", k.TCP8Gbps, n.TCP8Gbps, f.TCP8Gbps, func(r Result) float64 { return r.TCP8Gbps })
-	row("UDP 64 B forwarded (xdpgen, 1 established flow)", "pkt/s", k.UDP64pps, n.UDP64pps, f.UDP64pps, func(r Result) float64 { return r.UDP64pps })
-	row("UDP 64 B offered by xdpgen (same runs)", "pkt/s", k.UDP64Offered, n.UDP64Offered, f.UDP64Offered, func(r Result) float64 { return r.UDP64Offered })
-	fmt.Printf("| TCP retransmissions (iperf3), 1 / 8 flows | %.0f / %.0f | %.0f / %.0f | %.0f / %.0f | | |\n",
-		k.TCP1Retrans, k.TCP8Retrans, n.TCP1Retrans, n.TCP8Retrans, f.TCP1Retrans, f.TCP8Retrans)
-	fmt.Printf("\nThroughputs are medians over the rounds; ratios are medians of the ratios within each round. flowplane/kernel and flowplane/nftables in each round:\n%s\n", strings.Join(perRound, "\n"))
+	row("TCP iperf3, 1 flow", "Gbit/s", func(r Result) float64 { return r.TCP1Gbps })
+	row("TCP iperf3, 8 flows", "Gbit/s", func(r Result) float64 { return r.TCP8Gbps })
+	row("UDP 64 B forwarded (xdpgen, 1 established flow)", "pkt/s", func(r Result) float64 { return r.UDP64pps })
+	row("UDP 64 B offered by xdpgen (same runs)", "pkt/s", func(r Result) float64 { return r.UDP64Offered })
+	fmt.Printf("| TCP retransmissions (iperf3), 1 / 8 flows | %.0f / %.0f | %.0f / %.0f | %.0f / %.0f | %.0f / %.0f | | | |\n",
+		k.TCP1Retrans, k.TCP8Retrans, g.TCP1Retrans, g.TCP8Retrans, n.TCP1Retrans, n.TCP8Retrans, f.TCP1Retrans, f.TCP8Retrans)
+	fmt.Printf("\nThroughputs are medians over the rounds; ratios are medians of the ratios within each round. flowplane / kernel / kernel with GRO / nftables in each round:\n%s\n", strings.Join(perRound, "\n"))
 	fmt.Println("The generator runs on one thread of h1; on veth, r1's and h2's receive work runs on the same CPU, so both rates measure the whole path and the offered rate falls with the router's cost.")
 	fmt.Printf("\nXDP cost, established TCP segment (BPF_PROG_TEST_RUN): %.0f ns/packet (an XDP_PASS-only program: %.0f ns)\n", r.NsPerPkt, r.NsPerPktNoop)
 	fl := r.Flood
