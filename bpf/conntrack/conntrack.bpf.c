@@ -1224,12 +1224,14 @@ __attribute__((noinline)) int ct_sweep_key(struct ct_key *key, __u32 table, __u6
 }
 
 /* ct_sweep removes the batch's keys whose entries have expired, with DESTROY events: user space
- * finds candidates in a dump, this decides with the data path's own clock and delete. */
+ * finds candidates in a dump, this decides with the data path's own clock and delete. With
+ * flush set it removes them whatever their expiry (`flush`, which reports DESTROY as nf's
+ * `conntrack -F` does) and counts nothing as swept. */
 SEC("syscall")
 int ct_sweep(struct ct_sweep_batch *b)
 {
-	__u32 count = b->count, table = b->table, removed = 0;
-	__u64 now = ct_now();
+	__u32 count = b->count, table = b->table, flush = b->flush, removed = 0;
+	__u64 now = flush ? ~0ULL : ct_now();
 	struct ct_key key;
 
 	/* Unrolled: a syscall program reads its context at constant offsets only. */
@@ -1241,7 +1243,8 @@ int ct_sweep(struct ct_sweep_batch *b)
 		}
 	}
 	b->removed = removed;
-	fp_count_n(&ct_stats, CT_STAT_SWEPT, removed);
+	if (!flush)
+		fp_count_n(&ct_stats, CT_STAT_SWEPT, removed);
 	return 0;
 }
 

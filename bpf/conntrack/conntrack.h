@@ -161,8 +161,8 @@ struct ct_sweep_batch {
 	struct ct_key keys[CT_SWEEP_BATCH];
 	__u32 count;   /* keys in use */
 	__u32 table;   /* 0: ct_main, 1: ct_emb */
-	__u32 removed; /* out: entries found expired and removed */
-	__u32 pad;
+	__u32 removed; /* out: entries found expired (or flushed) and removed */
+	__u32 flush;   /* 1: remove the entries whether or not they have expired */
 };
 
 /* Record sent on ct_events. */
