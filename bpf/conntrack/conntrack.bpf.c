@@ -178,6 +178,7 @@ struct pkt {
 	__u8 tcp_syn;
 	__u8 tcp_ack;
 	__u8 tcp_rst;
+	__u8 has_opts; /* the TCP header has options (nf's tcp_options then resets a SYN's) */
 	__u32 sack;  /* ack raised to the highest SACK block's end, as nf's tcp_sack */
 	__u8 wscale; /* from a SYN's options */
 	__u8 has_wscale;
@@ -409,20 +410,32 @@ static __always_inline void tcp_options(struct xdp_md *ctx, struct hdr_cursor *c
 	p->sack = p->ack;
 	if (th->doff == 5)
 		return; /* no options: spare the call */
+	p->has_opts = 1;
 	if ((void *)(first + 1) <= c->end)
 		word = *first;
 	ct_tcp_options(ctx, (void *)first - (void *)(long)ctx->data, th->doff * 4 - sizeof(*th),
 		       word, p);
 }
 
-/* tcp_init_sender sets a direction's window state from its SYN (or SYN-ACK). */
-static __always_inline void tcp_init_sender(struct ct_tcp_dir *s, struct pkt *p)
+/* tcp_init_sender is nf's: the sender's window state from its SYN (or SYN-ACK). Options, if the
+ * segment has any, replace its scale and its flags but BE_LIBERAL (nf's tcp_options); a segment
+ * without options leaves both. Scaling needs both sides' option: checked on the reply's SYN. */
+static __always_inline void tcp_init_sender(struct ct_tcp_dir *s, struct ct_tcp_dir *r,
+					    struct pkt *p, __u32 dir)
 {
 	s->td_end = p->end;
 	s->td_maxend = p->end;
 	s->td_maxwin = p->win ? p->win : 1;
-	s->td_scale = p->has_wscale ? p->wscale : 0;
-	s->flags = (p->has_wscale ? CT_TCP_F_WSCALE : 0) | (p->sack_perm ? CT_TCP_F_SACK_PERM : 0);
+	if (p->has_opts) {
+		s->td_scale = p->has_wscale ? p->wscale : 0;
+		s->flags = (s->flags & CT_TCP_F_BE_LIBERAL) |
+			   (p->has_wscale ? CT_TCP_F_WSCALE : 0) |
+			   (p->sack_perm ? CT_TCP_F_SACK_PERM : 0);
+	}
+	if (dir == 1 && !((s->flags & CT_TCP_F_WSCALE) && (r->flags & CT_TCP_F_WSCALE))) {
+		s->td_scale = 0;
+		r->td_scale = 0;
+	}
 }
 
 /* Results of tcp_in_window, as nf's enum nf_ct_tcp_action. */
@@ -443,41 +456,36 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 	__u32 maxack;
 	int be_liberal;
 
+	/* nf reads SACK blocks only towards a receiver that permitted them. */
+	sack = (receiver->flags & CT_TCP_F_SACK_PERM) ? p->sack : ack;
 	if (sender->td_maxwin == 0) {
 		/* First packet of this direction. */
 		if (p->tcp_syn) {
-			tcp_init_sender(sender, p);
-			if (!((sender->flags & CT_TCP_F_WSCALE) &&
-			      (receiver->flags & CT_TCP_F_WSCALE))) {
-				sender->td_scale = 0;
-				receiver->td_scale = 0;
-			}
+			tcp_init_sender(sender, receiver, p, dir);
 			if (!p->tcp_ack)
 				return WIN_ACCEPT; /* simultaneous open */
 		} else {
-			/* Mid-connection pickup. */
+			/* Mid-connection pickup: the receiver starts at what this packet acks. */
 			__u32 swin = win << sender->td_scale;
 
 			sender->td_end = end;
 			sender->td_maxwin = swin ? swin : 1;
 			sender->td_maxend = end + sender->td_maxwin;
 			if (receiver->td_maxwin == 0)
-				receiver->td_end = receiver->td_maxend = ack;
-			else if (ack == receiver->td_end + 1)
-				receiver->td_end++;
+				receiver->td_end = receiver->td_maxend = sack;
+			else if (sack == receiver->td_end + 1)
+				receiver->td_end++; /* likely a reply to a keepalive */
 		}
-	} else if (p->tcp_syn &&
-		   ((state == CT_TCP_SYN_SENT && dir == 0) ||
-		    (state == CT_TCP_SYN_RECV && dir == 1)) &&
-		   after(end, sender->td_end)) {
+	} else if (p->tcp_syn && after(end, sender->td_end) &&
+		   (state == CT_TCP_SYN_SENT || state == CT_TCP_SYN_RECV)) {
 		/* A reinitialised connection (new ISN on a retransmitted SYN or SYN-ACK); only a
 		 * SYN carries the window scale, so nothing else may reinitialise the sender (nf).
 		 */
-		tcp_init_sender(sender, p);
+		tcp_init_sender(sender, receiver, p, dir);
+		if (dir == 1 && !p->tcp_ack)
+			return WIN_ACCEPT;
 	}
 
-	/* nf reads SACK blocks only towards a receiver that permitted them. */
-	sack = (receiver->flags & CT_TCP_F_SACK_PERM) ? p->sack : ack;
 	if (!p->tcp_ack)
 		ack = sack = receiver->td_end;
 	else if (ack == 0 && p->tcp_rst)
@@ -523,6 +531,9 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 	if (receiver->td_maxwin != 0 && after(end, sender->td_maxend))
 		__sync_fetch_and_add(&receiver->td_maxwin, end - sender->td_maxend);
 	seq_max(&receiver->td_maxend, sack + (win ? win : 1));
+	/* nf's retransmission bookkeeping keeps a plain ACK's end (a RST may answer it). */
+	if (p->tcp_index == TCP_ACK_SET && e->last_end != end)
+		e->last_end = end;
 	return WIN_ACCEPT;
 }
 
@@ -544,12 +555,14 @@ static __always_inline void tcp_resync(struct ct_entry *e, __u32 dir)
 	r->td_maxack = 0;
 	r->td_scale = 0;
 	r->flags &= CT_TCP_F_BE_LIBERAL;
-	e->last_syn = 0;
 }
 
+#define LAST(index) ((index) + 1) /* ct_entry.last_index of a flag class */
+
 /* ct_tcp_update moves the connection through nf's state table. Returns 0 to allow, a CT_STAT_INV_*
- * reason to refuse, or -1 when a SYN reopens a closed connection (the caller deletes the entry
- * and starts a new one). */
+ * reason to refuse, -2 to pass untouched (nf's NFCT_TCP_IGNORE), or -1 when the entry goes: a
+ * SYN reopens a closed connection (the caller deletes the entry and starts a new one), or a RST
+ * ends a connection that never had a reply (the caller deletes it and passes the RST). */
 __attribute__((noinline)) int ct_tcp_update(struct ct_entry *e, struct pkt *p, __u32 dir,
 					    __u32 liberal, __u32 *state_out)
 {
@@ -573,8 +586,8 @@ __attribute__((noinline)) int ct_tcp_update(struct ct_entry *e, struct pkt *p, _
 			return -1; /* RFC 1122: SYN reopens TIME_WAIT / CLOSE */
 		break;
 	case CT_TCP_IGNORE:
-		if (p->tcp_index == TCP_SYNACK_SET && e->last_syn && e->last_dir != dir &&
-		    p->ack == e->last_end) {
+		if (p->tcp_index == TCP_SYNACK_SET && e->last_index == LAST(TCP_SYN_SET) &&
+		    e->last_dir != dir && p->ack == e->last_end) {
 			/* This SYN-ACK answers the SYN we let through: the endpoints are in sync,
 			 * we are not. Take the SYN's side from what we remembered, start the
 			 * SYN-ACK's side afresh, and go on as SYN_SENT → SYN_RECV (nf). */
@@ -583,16 +596,15 @@ __attribute__((noinline)) int ct_tcp_update(struct ct_entry *e, struct pkt *p, _
 			newst = CT_TCP_SYN_RECV;
 			break;
 		}
-		if (p->tcp_index == TCP_SYN_SET) {
-			e->last_end = p->end;
-			e->last_win = p->win;
-			e->last_dir = dir;
+		/* nf remembers every ignored packet; of a SYN also the options. */
+		e->last_index = LAST(p->tcp_index);
+		e->last_dir = dir;
+		e->last_end = p->end;
+		e->last_win = p->win;
+		if (p->tcp_index == TCP_SYN_SET && dir == 0) {
 			e->last_wscale = p->has_wscale ? p->wscale : 0;
 			e->last_flags = (p->has_wscale ? CT_TCP_F_WSCALE : 0) |
 					(p->sack_perm ? CT_TCP_F_SACK_PERM : 0);
-			e->last_syn = 1;
-		} else if (e->last_syn) {
-			e->last_syn = 0;
 		}
 		*state_out = old;
 		return 0;
@@ -606,33 +618,65 @@ __attribute__((noinline)) int ct_tcp_update(struct ct_entry *e, struct pkt *p, _
 	case CT_TCP_CLOSE:
 		if (p->tcp_index != TCP_RST_SET)
 			break;
-		if (e->tcp[(dir ^ 1) & 1].flags & CT_TCP_F_MAXACK_SET) {
+		/* Closing already: the tuple may be reused, the sequence state is stale (nf). */
+		if (old >= CT_TCP_FIN_WAIT && old <= CT_TCP_CLOSE)
+			goto in_window;
+		/* td_maxack is stale if a SYN passed last. */
+		if ((e->tcp[(dir ^ 1) & 1].flags & CT_TCP_F_MAXACK_SET) &&
+		    e->last_index != LAST(TCP_SYN_SET)) {
 			__u32 maxack = e->tcp[(dir ^ 1) & 1].td_maxack;
+			int est = old == CT_TCP_ESTABLISHED && (e->status & CT_F_ASSURED);
 
-			if (p->seq == 0 && old != CT_TCP_ESTABLISHED)
-				break;
+			if (p->seq == 0 && !est)
+				break; /* likely answering a SYN we let through */
 			if (before(p->seq, maxack))
 				return CT_STAT_INV_RST;
-			if (old == CT_TCP_ESTABLISHED && p->seq != maxack)
-				newst =
-				    old; /* in-window but inexact: keep, allow a challenge ACK */
+			if (!est || p->seq == maxack)
+				break;
+			/* A RST right after this side's last ACK, at its end (a RST train). */
+			if (e->last_index == LAST(TCP_ACK_SET) && e->last_dir == dir &&
+			    p->seq == e->last_end)
+				break;
+			newst = old; /* in-window but inexact: keep, allow a challenge ACK */
 		}
+		/* A RST answering a SYN (after a reply) or an ACK (before the connection was
+		 * assured) that we let through: close, without a window check, for it may
+		 * acknowledge what the window never saw (nf). */
+		if ((((e->status & CT_F_SEEN_REPLY) && e->last_index == LAST(TCP_SYN_SET)) ||
+		     (!(e->status & CT_F_ASSURED) && e->last_index == LAST(TCP_ACK_SET))) &&
+		    p->ack == e->last_end)
+			goto in_window;
 		break;
 	}
 
 	switch (tcp_in_window(e, p, dir, old, liberal)) {
 	case WIN_INVALID:
+		/* nf_tcp_handle_invalid's memory of an out-of-window FIN or RST (its timeout
+		 * shortening is not done here). */
+		if ((e->status & CT_F_ASSURED) &&
+		    (p->tcp_index == TCP_RST_SET || p->tcp_index == TCP_FIN_SET) &&
+		    !(e->last_dir != dir && (e->last_index == LAST(TCP_RST_SET) ||
+					     e->last_index == LAST(TCP_FIN_SET)))) {
+			e->last_index = LAST(p->tcp_index);
+			e->last_dir = dir;
+		}
 		return p->tcp_rst ? CT_STAT_INV_RST : CT_STAT_INV_WINDOW;
 	case WIN_IGNORE:
 		*state_out = old;
 		return -2;
 	}
-
-	if (e->last_syn) /* another packet passed after the remembered SYN (nf's last_index) */
-		e->last_syn = 0;
+in_window:
+	/* nf's last_index: the flag class of the last packet passed. */
+	if (e->last_index != LAST(p->tcp_index))
+		e->last_index = LAST(p->tcp_index);
+	if (e->last_dir != dir)
+		e->last_dir = dir;
 	if (newst != cur && __sync_val_compare_and_swap(&e->state, cur, newst) != cur)
 		newst = *(volatile __u32 *)&e->state; /* another CPU moved it: its result stands */
 	*state_out = newst;
+	/* If the only reply is a RST, the connection never was: nf deletes it at once. */
+	if (p->tcp_rst && !(e->status & CT_F_SEEN_REPLY))
+		return -1;
 	return 0;
 }
 
@@ -729,18 +773,21 @@ __attribute__((noinline)) int ct_create(struct pkt *p, __u64 now, __u64 timeouts
 	if (p->key.proto == IPPROTO_TCP && p->tcp_index == TCP_SYN_SET) {
 		state = CT_TCP_SYN_SENT;
 		n.state = state;
-		tcp_init_sender(&n.tcp[0], p);
+		tcp_init_sender(&n.tcp[0], &n.tcp[1], p, 0);
 	} else if (p->key.proto == IPPROTO_TCP) {
 		/* Pickup of a connection already established (nf_conntrack_tcp_loose): its window
-		 * scale is unknown, so neither direction's window is checked. */
+		 * scale and SACK permission are unknown, so nf assumes SACK and checks neither
+		 * direction's window. */
 		state = CT_TCP_ESTABLISHED;
 		n.state = state;
 		n.tcp[0].td_end = p->end;
 		n.tcp[0].td_maxwin = p->win ? p->win : 1;
 		n.tcp[0].td_maxend = p->end + n.tcp[0].td_maxwin;
-		n.tcp[0].flags = CT_TCP_F_BE_LIBERAL;
-		n.tcp[1].flags = CT_TCP_F_BE_LIBERAL;
+		n.tcp[0].flags = CT_TCP_F_SACK_PERM | CT_TCP_F_BE_LIBERAL;
+		n.tcp[1].flags = CT_TCP_F_SACK_PERM | CT_TCP_F_BE_LIBERAL;
 	}
+	if (p->key.proto == IPPROTO_TCP)
+		n.last_index = LAST(p->tcp_index); /* its first packet passed (last_dir 0) */
 	/* timeouts: the SYN_SENT timeout in the low half, the pickup's (or UDP / ICMP) in the
 	 * high half, in seconds. */
 	n.expires = now + (__u64)(state == CT_TCP_SYN_SENT ? (__u32)timeouts : timeouts >> 32) *
@@ -996,6 +1043,8 @@ static __always_inline int track(struct xdp_md *ctx, struct hdr_cursor *c, struc
 		}
 		if (reason < 0) {
 			destroy(confirmed ? (void *)&ct_main : (void *)&ct_emb, &p->key, e);
+			if (p->tcp_rst)
+				return V_ALLOW; /* a RST ended a connection that never had a reply */
 			goto open;
 		}
 		if (reason) {
@@ -1175,12 +1224,14 @@ __attribute__((noinline)) int ct_sweep_key(struct ct_key *key, __u32 table, __u6
 }
 
 /* ct_sweep removes the batch's keys whose entries have expired, with DESTROY events: user space
- * finds candidates in a dump, this decides with the data path's own clock and delete. */
+ * finds candidates in a dump, this decides with the data path's own clock and delete. With
+ * flush set it removes them whatever their expiry (`flush`, which reports DESTROY as nf's
+ * `conntrack -F` does) and counts nothing as swept. */
 SEC("syscall")
 int ct_sweep(struct ct_sweep_batch *b)
 {
-	__u32 count = b->count, table = b->table, removed = 0;
-	__u64 now = ct_now();
+	__u32 count = b->count, table = b->table, flush = b->flush, removed = 0;
+	__u64 now = flush ? ~0ULL : ct_now();
 	struct ct_key key;
 
 	/* Unrolled: a syscall program reads its context at constant offsets only. */
@@ -1192,7 +1243,8 @@ int ct_sweep(struct ct_sweep_batch *b)
 		}
 	}
 	b->removed = removed;
-	fp_count_n(&ct_stats, CT_STAT_SWEPT, removed);
+	if (!flush)
+		fp_count_n(&ct_stats, CT_STAT_SWEPT, removed);
 	return 0;
 }
 

@@ -122,14 +122,15 @@ struct ct_entry {
 	__u32 state;	  /* enum ct_tcp_state for TCP; 0 otherwise. Changed with cmpxchg only */
 	__u32 status;	  /* CT_F_* */
 	__u32 ifindex[2]; /* ingress interface per direction, 0 if not seen yet */
-	/* nf's re-sync: a SYN passed as IGNORE (the table is out of sync with the endpoints, e.g.
-	 * a client reopening the same tuple) is remembered; a SYN-ACK acknowledging it re-syncs. */
-	__u32 last_end;	  /* that SYN's seq + 1 */
-	__u16 last_win;	  /* its window */
-	__u8 last_syn;	  /* 1 while that SYN is the last packet passed */
+	/* nf's last_* memory of the last TCP packet passed: set by an ignored packet (with its
+	 * end and window) and by an accepted one (its end if a plain ACK). A SYN-ACK acknowledging
+	 * an ignored SYN re-syncs; a RST answering an ignored SYN or ACK closes. */
+	__u32 last_end;	  /* that packet's seq + len (+SYN/FIN) */
+	__u16 last_win;	  /* an ignored packet's window */
+	__u8 last_index;  /* its flag class (enum tcp_bit_set) + 1; 0: none yet */
 	__u8 last_dir;	  /* its direction */
-	__u8 last_wscale; /* its window scale */
-	__u8 last_flags;  /* its CT_TCP_F_WSCALE | CT_TCP_F_SACK_PERM */
+	__u8 last_wscale; /* an ignored SYN's window scale */
+	__u8 last_flags;  /* an ignored SYN's CT_TCP_F_WSCALE | CT_TCP_F_SACK_PERM */
 	__u8 pad[2];
 };
 
@@ -160,8 +161,8 @@ struct ct_sweep_batch {
 	struct ct_key keys[CT_SWEEP_BATCH];
 	__u32 count;   /* keys in use */
 	__u32 table;   /* 0: ct_main, 1: ct_emb */
-	__u32 removed; /* out: entries found expired and removed */
-	__u32 pad;
+	__u32 removed; /* out: entries found expired (or flushed) and removed */
+	__u32 flush;   /* 1: remove the entries whether or not they have expired */
 };
 
 /* Record sent on ct_events. */

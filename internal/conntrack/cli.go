@@ -276,8 +276,9 @@ func eventsCmd() *cobra.Command {
 		Use:   "events [--json]",
 		Short: "print connections as they are created and destroyed, like conntrack -E",
 		Long: `events prints [NEW] when the data path creates a connection and [DESTROY] when one is
-removed: a SYN reopening a closed one, an expired entry found by a packet, or the sweep of
-'run'. Not reported: flush, and unconfirmed entries evicted from the full LRU table. Only one reader at a time gets each event.`,
+removed: a SYN reopening a closed one, a RST as a connection's only reply, an expired entry
+found by a packet, the sweep of 'run', or 'flush'. Not reported: unconfirmed entries evicted
+from the full LRU table. Only one reader at a time gets each event.`,
 		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withTables(func(t *Tables) error {

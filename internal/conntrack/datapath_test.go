@@ -161,7 +161,8 @@ func TestTCPInvalid(t *testing.T) {
 		{name: "rst exact", frame: tcp(true, "R", ci+1001, 0, 0), ret: xdpRedirect, state: "CLOSE"},
 		{name: "ack after rst", frame: tcp(false, "A", si+1, ci+1001, 0), out: true, ret: xdpRedirect, state: "CLOSE"},
 		{name: "syn reopens CLOSE", frame: tcpOpen(true, "S", 77, 0), ret: xdpRedirect, state: "SYN_SENT", count: "new"},
-		{name: "rst answering syn", frame: tcp(false, "RA", 0, 78, 0), out: true, ret: xdpRedirect, state: "CLOSE"},
+		// The only reply is a RST: nf deletes the connection at once.
+		{name: "rst answering syn ends it", frame: tcp(false, "RA", 0, 78, 0), out: true, ret: xdpRedirect, state: "-"},
 	})
 }
 
@@ -246,6 +247,93 @@ func TestTCPResync(t *testing.T) {
 			step{name: "synack is ignored", frame: tcpOpen(false, "SA", si2, ci2+1), out: true, ret: xdpRedirect, state: "ESTABLISHED"},
 			step{name: "new connection's data is out of window", frame: tcp(true, "PA", ci2+1, si2+1, 1000), ret: xdpDrop, state: "ESTABLISHED", count: "invalid_window"},
 		))
+	})
+}
+
+// TestTCPRSTAfterIgnored: nf's RST rules that read its memory of the last packet passed
+// (last_index, last_dir, last_end).
+func TestTCPRSTAfterIgnored(t *testing.T) {
+	ci, si := uint32(1000), uint32(5000)
+	ci2 := uint32(3_000_000_000)
+	t.Run("rst answering an ignored syn closes", func(t *testing.T) {
+		f := newFixture(t, nil)
+		f.script(t, append(handshake(ci, si),
+			step{name: "data", frame: tcp(true, "PA", ci+1, si+1, 100), ret: xdpRedirect, state: "ESTABLISHED"},
+			step{name: "server acks", frame: tcp(false, "A", si+1, ci+101, 0), out: true, ret: xdpRedirect, state: "ESTABLISHED"},
+			step{name: "new syn is ignored", frame: tcpOpen(true, "S", ci2, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+			// seq 0 is before the client's highest ACK: without the rule, an invalid RST.
+			step{name: "rst acking something else is invalid", frame: tcp(false, "RA", 0, ci+5101, 0), out: true, ret: xdpDrop, state: "ESTABLISHED", count: "invalid_rst"},
+			step{name: "new syn again", frame: tcpOpen(true, "S", ci2, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+			step{name: "rst acking it closes", frame: tcp(false, "RA", 0, ci2+1, 0), out: true, ret: xdpRedirect, state: "CLOSE"},
+			step{name: "syn reopens", frame: tcpOpen(true, "S", ci2, 0), ret: xdpRedirect, state: "SYN_SENT", count: "new"},
+		))
+	})
+	t.Run("rst answering an ignored ack closes", func(t *testing.T) {
+		f := newFixture(t, nil)
+		f.script(t, []step{
+			{name: "syn", frame: tcpOpen(true, "S", ci, 0), ret: xdpRedirect, state: "SYN_SENT"},
+			{name: "bare ack in SYN_SENT is ignored", frame: tcp(false, "A", si, 123456, 0), out: true, ret: xdpRedirect, state: "SYN_SENT"},
+			{name: "rst acking something else is out of window", frame: tcp(true, "RA", 123456, si+1, 0), ret: xdpDrop, state: "SYN_SENT", count: "invalid_rst"},
+			{name: "bare ack again", frame: tcp(false, "A", si, 123456, 0), out: true, ret: xdpRedirect, state: "SYN_SENT"},
+			{name: "rst acking it closes", frame: tcp(true, "RA", 123456, si, 0), ret: xdpRedirect, state: "CLOSE"},
+		})
+	})
+	t.Run("rst ending a train of segments closes", func(t *testing.T) {
+		f := newFixture(t, nil)
+		f.script(t, append(handshake(ci, si),
+			step{name: "data", frame: tcp(true, "PA", ci+1, si+1, 100), ret: xdpRedirect, state: "ESTABLISHED"},
+			step{name: "rst at the data's end", frame: tcp(true, "R", ci+101, 0, 0), ret: xdpRedirect, state: "CLOSE"},
+		))
+	})
+	t.Run("rst while closing is not window-checked", func(t *testing.T) {
+		f := newFixture(t, nil)
+		f.script(t, append(handshake(ci, si),
+			step{name: "fin", frame: tcp(true, "FA", ci+1, si+1, 0), ret: xdpRedirect, state: "FIN_WAIT"},
+			step{name: "rst far out of window", frame: tcp(false, "R", si+100_000_000, 0, 0), out: true, ret: xdpRedirect, state: "CLOSE"},
+		))
+	})
+}
+
+// TCP direction flags (CT_TCP_F_* of conntrack.h).
+const (
+	ctTcpFWScale    = 0x01
+	ctTcpFSACKPerm  = 0x04
+	ctTcpFBeLiberal = 0x08
+)
+
+// TestTCPReinitFlags: a SYN or SYN-ACK that (re)initialises a direction treats its flags as
+// nf's tcp_options does: options replace them but BE_LIBERAL; no options leave them.
+func TestTCPReinitFlags(t *testing.T) {
+	ci, si := uint32(1000), uint32(5000)
+	t.Run("syn without options keeps the first syn's", func(t *testing.T) {
+		f := newFixture(t, nil)
+		f.script(t, []step{
+			{name: "syn with wscale", frame: tcpOpen(true, "S", ci, 0), ret: xdpRedirect, state: "SYN_SENT"},
+			{name: "syn with a new isn, no options", frame: tcp(true, "S", ci+100_000, 0, 0), ret: xdpRedirect, state: "SYN_SENT"},
+		})
+		d := f.entries()[0].raw.Tcp[0]
+		if d.TdEnd != ci+100_001 || d.Flags&ctTcpFWScale == 0 || d.TdScale != 7 {
+			t.Errorf("client after the re-init: td_end %d flags %#x scale %d, want %d, WSCALE, 7", d.TdEnd, d.Flags, d.TdScale, ci+100_001)
+		}
+	})
+	// A picked-up connection reopened by its client: the SYN's side takes the remembered SYN's
+	// flags, the SYN-ACK's side starts afresh but stays liberal.
+	t.Run("a re-synced server stays liberal", func(t *testing.T) {
+		f := newFixture(t, nil)
+		ci2, si2 := uint32(3_000_000_000), uint32(7_000_000)
+		f.script(t, []step{
+			{name: "pickup", frame: tcp(true, "PA", ci, si, 100), ret: xdpRedirect, state: "ESTABLISHED", count: "new"},
+			{name: "reply", frame: tcp(false, "A", si, ci+100, 0), out: true, ret: xdpRedirect, state: "ESTABLISHED"},
+			{name: "new syn is ignored", frame: tcpOpen(true, "S", ci2, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+			{name: "synack re-syncs", frame: tcpOpen(false, "SA", si2, ci2+1), out: true, ret: xdpRedirect, state: "SYN_RECV"},
+			{name: "ack", frame: tcp(true, "A", ci2+1, si2+1, 0), ret: xdpRedirect, state: "ESTABLISHED"},
+			{name: "server data far beyond the window passes", frame: tcp(false, "PA", si2+1+50_000_000, ci2+1, 100), out: true, ret: xdpRedirect, state: "ESTABLISHED"},
+			{name: "client data far beyond the window does not", frame: tcp(true, "PA", ci2+1+50_000_000, si2+1, 100), ret: xdpDrop, state: "ESTABLISHED", count: "invalid_window"},
+		})
+		e := f.entries()[0].raw
+		if e.Tcp[1].Flags&ctTcpFBeLiberal == 0 || e.Tcp[0].Flags&ctTcpFBeLiberal != 0 {
+			t.Errorf("flags client %#x server %#x: want only the server liberal", e.Tcp[0].Flags, e.Tcp[1].Flags)
+		}
 	})
 }
 
@@ -479,6 +567,25 @@ func TestTCPPickup(t *testing.T) {
 		{name: "window is not checked (scale unknown)", frame: tcp(true, "PA", ci+50_000_000, si, 100), ret: xdpRedirect, state: "ESTABLISHED"},
 		{name: "fin", frame: tcp(true, "FA", ci+100, si, 0), ret: xdpRedirect, state: "FIN_WAIT"},
 	})
+	// nf assumes SACK on both sides of a picked-up connection, and the first reply's SACK
+	// edge (not its ACK) meets the keepalive rule.
+	if _, err := f.tables.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	sackReply := packet.IP(outHost, inHost).TCP(80, 40000, "A").Seq(si).Ack(ci).SACK(ci, ci+1).Bytes()
+	f.script(t, []step{
+		{name: "keepalive-like ack picks up", frame: tcp(true, "A", ci, si, 0), ret: xdpRedirect, state: "ESTABLISHED", count: "new"},
+		{name: "reply sacks one byte more", frame: sackReply, out: true, ret: xdpRedirect, state: "ESTABLISHED"},
+	})
+	e := f.entries()[0].raw
+	for i, d := range e.Tcp {
+		if want := uint8(ctTcpFSACKPerm | ctTcpFBeLiberal); d.Flags&want != want {
+			t.Errorf("direction %d flags %#x, want SACK_PERM|BE_LIBERAL", i, d.Flags)
+		}
+	}
+	if e.Tcp[0].TdEnd != ci+1 {
+		t.Errorf("client td_end %d, want %d (raised by the reply's SACK edge)", e.Tcp[0].TdEnd, ci+1)
+	}
 	strict := false
 	g := newFixture(t, &Config{TCPLoose: &strict})
 	g.script(t, []step{

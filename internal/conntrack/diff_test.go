@@ -286,6 +286,7 @@ func diffScript() []dstep {
 	ci, si := uint32(1000), uint32(5000)
 	c2, ci2, si2 := uint16(41001), uint32(70000), uint32(90000)
 	c3, ci3, si3, c4 := uint16(41002), uint32(3_000_000_000), uint32(7_000_000), uint16(41003)
+	c5, c6, c7, c8, c9, c10 := uint16(41004), uint16(41005), uint16(41006), uint16(41007), uint16(41008), uint16(41009)
 	// sackS is tcpS with SACK permitted on SYNs and the SACK blocks given as edges.
 	sackS := func(from string, sport, dport uint16, flags string, seq, ack uint32, payload int, edges ...uint32) func(d *diffLab) *packet.Builder {
 		return func(d *diffLab) *packet.Builder {
@@ -340,6 +341,40 @@ func diffScript() []dstep {
 		{"data 4", "h1", tcpS("h1", c4, s, "PA", ci+1, si+1, 1000)},
 		{"sack within the data", "h2", sackS("h2", s, c4, "A", si+1, ci+1, 0, ci+501, ci+1001)},
 		{"sack beyond the data", "h2", sackS("h2", s, c4, "A", si+1, ci+1, 0, ci+501, ci+5001)},
+		// nf's RST rules that read the last packet passed (last_index, last_end).
+		{"syn 5", "h1", tcpS("h1", c5, s, "S", ci, 0, 0)},
+		{"synack 5", "h2", tcpS("h2", s, c5, "SA", si, ci+1, 0)},
+		{"ack 5", "h1", tcpS("h1", c5, s, "A", ci+1, si+1, 0)},
+		{"data 5", "h1", tcpS("h1", c5, s, "PA", ci+1, si+1, 100)},
+		{"server acks 5", "h2", tcpS("h2", s, c5, "A", si+1, ci+101, 0)},
+		{"reopening syn 5, ignored", "h1", tcpS("h1", c5, s, "S", ci3, 0, 0)},
+		{"rst acking something else", "h2", tcpS("h2", s, c5, "RA", 0, ci+5101, 0)},
+		{"reopening syn 5 again", "h1", tcpS("h1", c5, s, "S", ci3, 0, 0)},
+		{"rst answering the ignored syn", "h2", tcpS("h2", s, c5, "RA", 0, ci3+1, 0)},
+		{"syn 6", "h1", tcpS("h1", c6, s, "S", ci, 0, 0)},
+		{"bare ack in SYN_SENT, ignored", "h2", tcpS("h2", s, c6, "A", si, 123456, 0)},
+		{"rst answering the ignored ack", "h1", tcpS("h1", c6, s, "RA", 123456, si, 0)},
+		{"syn 7", "h1", tcpS("h1", c7, s, "S", ci, 0, 0)},
+		{"rst answering syn 7", "h2", tcpS("h2", s, c7, "RA", 0, ci+1, 0)},
+		{"ack after the rst", "h1", tcpS("h1", c7, s, "A", ci+1, 1, 0)},
+		{"syn 8", "h1", tcpS("h1", c8, s, "S", ci, 0, 0)},
+		{"synack 8", "h2", tcpS("h2", s, c8, "SA", si, ci+1, 0)},
+		{"ack 8", "h1", tcpS("h1", c8, s, "A", ci+1, si+1, 0)},
+		{"data 8", "h1", tcpS("h1", c8, s, "PA", ci+1, si+1, 100)},
+		{"rst at the data's end", "h1", tcpS("h1", c8, s, "R", ci+101, 0, 0)},
+		{"syn 9", "h1", tcpS("h1", c9, s, "S", ci, 0, 0)},
+		{"synack 9", "h2", tcpS("h2", s, c9, "SA", si, ci+1, 0)},
+		{"ack 9", "h1", tcpS("h1", c9, s, "A", ci+1, si+1, 0)},
+		{"fin 9", "h1", tcpS("h1", c9, s, "FA", ci+1, si+1, 0)},
+		{"rst out of window while closing", "h2", tcpS("h2", s, c9, "R", si+100_000_000, 0, 0)},
+		// A picked-up connection reopened and re-synced: the SYN-ACK's side stays liberal.
+		{"pickup 10", "h1", tcpS("h1", c10, s, "PA", ci, si, 100)},
+		{"reply 10", "h2", tcpS("h2", s, c10, "A", si, ci+100, 0)},
+		{"reopening syn 10", "h1", tcpS("h1", c10, s, "S", ci3, 0, 0)},
+		{"synack 10 re-syncs", "h2", tcpS("h2", s, c10, "SA", si3, ci3+1, 0)},
+		{"ack 10", "h1", tcpS("h1", c10, s, "A", ci3+1, si3+1, 0)},
+		{"server data far beyond the window", "h2", tcpS("h2", s, c10, "PA", si3+1+50_000_000, ci3+1, 100)},
+		{"client data far beyond the window", "h1", tcpS("h1", c10, s, "PA", ci3+1+50_000_000, si3+1, 100)},
 		{"udp query", "h1", udpQ},
 		{"udp reply", "h2", func(d *diffLab) *packet.Builder {
 			return packet.IP(d.h2.String(), d.h1.String()).UDP(53, 5000).Payload([]byte("answer"))

@@ -16,7 +16,8 @@ import (
 type Tables struct {
 	Main, Emb, Stats, Settings, Events *ebpf.Map
 
-	sweep *ebpf.Program // ct_sweep; only with the program's own maps
+	sweep    *ebpf.Program // ct_sweep: the program's own, or loaded for pinned tables
+	ownSweep bool          // sweep was loaded here: Close closes it
 }
 
 // OpenPinned opens the tables of the calling thread's namespace's instance.
@@ -50,6 +51,49 @@ func (t *Tables) Close() {
 			m.Close()
 		}
 	}
+	if t.ownSweep && t.sweep != nil {
+		t.sweep.Close()
+		t.sweep = nil
+	}
+}
+
+// sweeper returns ct_sweep for these tables: the loaded program's, or for pinned tables a
+// copy loaded onto them (the same object file, the same clock settings).
+func (t *Tables) sweeper() (*ebpf.Program, error) {
+	if t.sweep != nil {
+		return t.sweep, nil
+	}
+	spec, err := loadCt()
+	if err != nil {
+		return nil, fmt.Errorf("load conntrack spec: %w", err)
+	}
+	jns, base, err := jiffyClock()
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["jiffy_ns"].Set(jns); err != nil {
+		return nil, fmt.Errorf("set jiffy length: %w", err)
+	}
+	if err := spec.Variables["jiffies_base"].Set(base); err != nil {
+		return nil, fmt.Errorf("set jiffies at boot: %w", err)
+	}
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
+	for n, m := range map[string]*ebpf.Map{"ct_main": t.Main, "ct_emb": t.Emb, "ct_stats": t.Stats, "ct_events": t.Events} {
+		info, err := m.Info()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", n, err)
+		}
+		spec.Maps[n].MaxEntries = info.MaxEntries
+		opts.MapReplacements[n] = m
+	}
+	var objs struct {
+		Sweep *ebpf.Program `ebpf:"ct_sweep"`
+	}
+	if err := spec.LoadAndAssign(&objs, opts); err != nil {
+		return nil, fmt.Errorf("load ct_sweep onto the pinned tables: %w", err)
+	}
+	t.sweep, t.ownSweep = objs.Sweep, true
+	return t.sweep, nil
 }
 
 // Tuple is one direction of a connection.
@@ -217,15 +261,21 @@ func dump(m *ebpf.Map, fn func(ctCtKey, ctCtEntry)) error {
 	}
 }
 
-// Flush deletes every entry; it returns how many.
+// Flush deletes every entry and returns how many. It deletes through ct_sweep, so each entry
+// removed is reported on the event ring ([DESTROY]) as nf reports `conntrack -F`; an entry
+// created while it runs may survive, as in nf.
 func (t *Tables) Flush() (int, error) {
+	prog, err := t.sweeper()
+	if err != nil {
+		return 0, err
+	}
 	total := 0
-	for _, m := range []*ebpf.Map{t.Main, t.Emb} {
+	for table, m := range []*ebpf.Map{t.Main, t.Emb} {
 		var keys []ctCtKey
 		if err := dump(m, func(k ctCtKey, _ ctCtEntry) { keys = append(keys, k) }); err != nil {
 			return total, err
 		}
-		n, err := deleteKeys(m, keys)
+		n, err := runSweep(prog, uint32(table), keys, true)
 		total += n
 		if err != nil {
 			return total, err
@@ -234,25 +284,20 @@ func (t *Tables) Flush() (int, error) {
 	return total, nil
 }
 
-func deleteKeys(m *ebpf.Map, keys []ctCtKey) (int, error) {
-	done := 0
+// runSweep runs ct_sweep over keys of table (0: ct_main, 1: ct_emb) in batches; flush removes
+// them whether or not they have expired. It returns how many it removed.
+func runSweep(prog *ebpf.Program, table uint32, keys []ctCtKey, flush bool) (int, error) {
+	removed := 0
 	for len(keys) > 0 {
-		chunk := keys[:min(len(keys), batchSize)]
-		keys = keys[len(chunk):]
-		n, err := m.BatchDelete(chunk, nil)
-		done += n
-		if err != nil {
-			// An entry gone meanwhile (expired in the data path) stops a batch: finish one by one.
-			for _, k := range chunk[n:] {
-				if err := m.Delete(&k); err == nil {
-					done++
-				} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
-					return done, fmt.Errorf("delete entry: %w", err)
-				}
-			}
+		b := ctCtSweepBatch{Table: table, Flush: boolU32(flush)}
+		b.Count = uint32(copy(b.Keys[:], keys))
+		keys = keys[b.Count:]
+		if _, err := prog.Run(&ebpf.RunOptions{Context: b, ContextOut: &b}); err != nil {
+			return removed, fmt.Errorf("sweep: %w", err)
 		}
+		removed += int(b.Removed)
 	}
-	return done, nil
+	return removed, nil
 }
 
 // Sweep removes expired entries from both tables and returns how many it removed and how many
@@ -260,8 +305,9 @@ func deleteKeys(m *ebpf.Map, keys []ctCtKey) (int, error) {
 // clock, so an entry refreshed since the dump survives, and reports what it removes on the
 // event ring like the data path does.
 func (t *Tables) Sweep() (removed, live int, err error) {
-	if t.sweep == nil {
-		return 0, 0, errors.New("sweep needs the loaded program, not only pinned tables")
+	prog, err := t.sweeper()
+	if err != nil {
+		return 0, 0, err
 	}
 	for table, m := range []*ebpf.Map{t.Main, t.Emb} {
 		now, err := clockNow()
@@ -278,14 +324,10 @@ func (t *Tables) Sweep() (removed, live int, err error) {
 		}); err != nil {
 			return removed, live, err
 		}
-		for len(expired) > 0 {
-			b := ctCtSweepBatch{Table: uint32(table)}
-			b.Count = uint32(copy(b.Keys[:], expired))
-			expired = expired[b.Count:]
-			if _, err := t.sweep.Run(&ebpf.RunOptions{Context: b, ContextOut: &b}); err != nil {
-				return removed, live, fmt.Errorf("sweep: %w", err)
-			}
-			removed += int(b.Removed)
+		n, err := runSweep(prog, uint32(table), expired, false)
+		removed += n
+		if err != nil {
+			return removed, live, err
 		}
 	}
 	return removed, live, nil

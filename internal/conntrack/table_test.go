@@ -82,14 +82,59 @@ func TestSweep(t *testing.T) {
 	}
 }
 
+// TestFlush flushes both tables, as `flush` does from the pinned maps (with a ct_sweep of its
+// own), and checks that every entry removed is reported as DESTROY, like conntrack -F.
 func TestFlush(t *testing.T) {
 	f := newFixture(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs := make(chan Event, 64)
+	done := make(chan error, 1)
+	go func() { done <- Events(ctx, f.tables, func(e Event) { evs <- e }) }()
 	for p := uint16(1); p <= 10; p++ {
 		f.run(udp(true, 1000+p, 53), f.in.Index)
+		if p%2 == 0 {
+			f.run(udp(false, 1000+p, 53), f.out.Index) // confirmed: ct_main
+		}
 	}
-	n, err := f.tables.Flush()
-	if err != nil || n != 10 || len(f.entries()) != 0 {
+	f.run(tcpOpen(true, "S", 1, 0), f.in.Index)
+	pinned := &Tables{Main: f.tables.Main, Emb: f.tables.Emb, Stats: f.tables.Stats, Settings: f.tables.Settings, Events: f.tables.Events}
+	n, err := pinned.Flush()
+	if pinned.sweep == nil || !pinned.ownSweep {
+		t.Error("flush of pinned tables did not load its own ct_sweep")
+	} else {
+		pinned.sweep.Close()
+	}
+	if err != nil || n != 11 || len(f.entries()) != 0 {
 		t.Fatalf("flush: %d %v, %d left", n, err, len(f.entries()))
+	}
+	var destroyed []string
+	for len(destroyed) < 11 {
+		select {
+		case e := <-evs:
+			if e.Type == "DESTROY" {
+				destroyed = append(destroyed, e.Proto+" "+e.State+" "+e.Orig.String(e.Proto))
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("DESTROY events so far: %q", destroyed)
+		}
+	}
+	slices.Sort(destroyed)
+	if destroyed[0] != "tcp SYN_SENT src=198.18.1.10 dst=198.18.2.10 sport=40000 dport=80" ||
+		destroyed[1] != "udp  src=198.18.1.10 dst=198.18.2.10 sport=1001 dport=53" {
+		t.Errorf("DESTROY events %q", destroyed)
+	}
+	if c := f.counters(); c["swept"] != 0 {
+		t.Errorf("flush counted %d entries as swept", c["swept"])
+	}
+	// The program's own tables flush with its ct_sweep.
+	f.run(udp(true, 7000, 53), f.in.Index)
+	if n, err := f.tables.Flush(); err != nil || n != 1 {
+		t.Errorf("second flush: %d %v", n, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Error(err)
 	}
 }
 

@@ -15,11 +15,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var hz = sync.OnceValues(configHZ)
+var hz = sync.OnceValues(func() (int, error) {
+	n, err := configHZ()
+	if err == nil {
+		return n, nil
+	}
+	c, _, cerr := CalibrateHZ()
+	if cerr != nil {
+		return 0, fmt.Errorf("%w; calibrating jiffies against the monotonic clock failed too: %w", err, cerr)
+	}
+	return c, nil
+})
 
 // HZ is CONFIG_HZ, the jiffy rate, from /boot/config-$(uname -r) or /proc/config.gz: the same
-// source a BPF program's `extern int CONFIG_HZ __kconfig` is filled from.
+// source a BPF program's `extern int CONFIG_HZ __kconfig` is filled from. Where neither file
+// exists (containers often have none), it is calibrated: jiffies counted against
+// CLOCK_MONOTONIC, rounded to a value CONFIG_HZ can take (CalibrateHZ).
 func HZ() (int, error) { return hz() }
+
+// ConfigHZ is CONFIG_HZ as the kernel config files say, without the calibration fallback.
+func ConfigHZ() (int, error) { return configHZ() }
 
 func configHZ() (int, error) {
 	var uts unix.Utsname
