@@ -35,8 +35,9 @@
 #define SOL_IPV6	   41
 #define IPV6_TCLASS	   67
 
-/* Jiffies per second of the running kernel, from its config (never a constant). */
-extern unsigned int CONFIG_HZ __kconfig;
+/* Jiffies per second of the running kernel (CONFIG_HZ), set by the loader from the kernel's
+ * config or, where there is none, by calibrating jiffies against the clock (never a constant). */
+volatile const __u32 hz = 0;
 
 /* key = 0, value = the live generation (TUNE_GEN_MASK) | TUNE_NEED_* flags */
 struct {
@@ -605,7 +606,7 @@ int tune_sockops(struct bpf_sock_ops *s)
 		break;
 	case BPF_SOCK_OPS_TIMEOUT_INIT:
 		if (has(p, TUNE_SET_SYN_RTO)) {
-			s->reply = ((__u64)p->syn_rto_ms * CONFIG_HZ + 999) / 1000;
+			s->reply = ((__u64)p->syn_rto_ms * hz + 999) / 1000;
 			fp_count(&tune_applied, TUNE_SET_SYN_RTO);
 		}
 		break;

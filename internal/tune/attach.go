@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/flowplane/flowplane/internal/kernel"
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/runstate"
 )
@@ -199,6 +200,13 @@ func applyNew(c *compiled, pol *Policy, src []byte, opt ApplyOptions, stale *Rec
 	spec, err := loadTune()
 	if err != nil {
 		return nil, fmt.Errorf("load tune program spec: %w", err)
+	}
+	hz, err := kernel.HZ()
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["hz"].Set(uint32(hz)); err != nil {
+		return nil, fmt.Errorf("set hz: %w", err)
 	}
 	var objs tuneObjects
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {

@@ -9,9 +9,8 @@ import (
 	"github.com/flowplane/flowplane/internal/kernel"
 )
 
-// HostKernel reads what validation needs from the running kernel: CONFIG_HZ from its config
-// (the same source the program's __kconfig CONFIG_HZ is filled from), the available congestion
-// controls and the buffer caps.
+// HostKernel reads what validation needs from the running kernel: CONFIG_HZ (kernel.HZ, the
+// value the loader gives the program), the available congestion controls and the buffer caps.
 func HostKernel() (Kernel, error) {
 	hz, err := kernel.HZ()
 	if err != nil {
