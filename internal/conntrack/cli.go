@@ -40,10 +40,10 @@ the instance of the namespace they run in.`,
 
 func runCmd() *cobra.Command {
 	var inside, outside, timeouts []string
-	var file, metrics, mode string
+	var file, metrics, mode, hook string
 	var liberal bool
 	cmd := &cobra.Command{
-		Use:   "run --inside IF --outside IF [--config FILE] [--metrics ADDR]",
+		Use:   "run --inside IF --outside IF [--hook xdp|tc] [--config FILE] [--metrics ADDR]",
 		Short: "attach to the interfaces and track until interrupted",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -54,6 +54,9 @@ func runCmd() *cobra.Command {
 			cfg.Inside, cfg.Outside = inside, outside
 			if cmd.Flags().Changed("mode") {
 				cfg.Mode = mode
+			}
+			if cmd.Flags().Changed("hook") {
+				cfg.Hook = hook
 			}
 			if cmd.Flags().Changed("liberal") {
 				cfg.Liberal = liberal
@@ -96,6 +99,7 @@ func runCmd() *cobra.Command {
 	f.StringVar(&file, "config", "", "YAML configuration file (docs/conntrack.md)")
 	f.StringVar(&metrics, "metrics", "", "serve Prometheus /metrics on this address (host:port)")
 	f.StringVar(&mode, "mode", "firewall", "firewall (drop refused packets) or track (only observe)")
+	f.StringVar(&hook, "hook", "xdp", "where to run: xdp (before the skb; fastest per packet) or tc (tcx ingress, after GRO; best on veth)")
 	f.BoolVar(&liberal, "liberal", false, "accept TCP segments outside the tracked window (nf's tcp_be_liberal)")
 	f.StringArrayVar(&timeouts, "timeout", nil, "override a timeout, e.g. tcp_established=1h (repeatable)")
 	return cmd
