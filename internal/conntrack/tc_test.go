@@ -1,10 +1,18 @@
 package conntrack
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/flowplane/flowplane/internal/lab/labtest"
+	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/packet"
 )
 
@@ -114,5 +122,166 @@ func TestTCVerdicts(t *testing.T) {
 	big := packet.IP(outHost, inHost).TCP(80, 40000, "A").Seq(si + 1).Ack(ci + 1001).Payload(make([]byte, 1600)).Bytes()
 	if ret, _ := f.runRaw(big, f.out.Index); ret != tcOK {
 		t.Errorf("packet over the MTU: verdict %d, want %d (to the kernel)", ret, tcOK)
+	}
+}
+
+// TestLabTC runs conntrack with the tc hook on r1 of a plain lab (the hosts keep their default
+// offloads, checksum offload on) with GRO on r1's veths, so the program sees GRO aggregates:
+// a TCP echo and iperf3 go through, ping works, an unsolicited outside connection is refused
+// and `list` shows the TCP connection ESTABLISHED.
+func TestLabTC(t *testing.T) {
+	c := newCtLab(t, &Config{Hook: HookTC})
+	r1, err := c.l.Node("r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ifc := range r1.Ifaces {
+		labtest.Run(t, c.l, "r1", "ethtool", "-K", c.l.IfName(ifc), "gro", "on")
+	}
+	// Attached at tcx ingress, not XDP.
+	if out := labtest.Run(t, c.l, "r1", "ip", "-d", "link", "show", c.l.IfName(r1.Ifaces[0])); strings.Contains(out, "xdp") {
+		t.Errorf("an XDP program is attached with --hook tc:\n%s", out)
+	}
+	c.listen("h2", 8080)
+	c.listen("h1", 8081)
+
+	t.Run("tcp echo and list", func(t *testing.T) {
+		conn, err := c.dial("h1", "tcp", net.JoinHostPort(c.h2, "8080"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		sport := uint16(conn.LocalAddr().(*net.TCPAddr).Port)
+		msg := strings.Repeat("x", 4<<20)
+		go func() { _, _ = conn.Write([]byte(msg)) }()
+		_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(conn, buf); err != nil {
+			t.Fatalf("echo: %v", err)
+		}
+		// What `flowplane conntrack list --json` prints in r1's namespace.
+		var out bytes.Buffer
+		err = nsrun.Do(c.l.Netns("r1"), func() error {
+			cmd := listCmd()
+			cmd.SetArgs([]string{"--json", "--proto", "tcp"})
+			cmd.SetOut(&out)
+			cmd.SetErr(io.Discard)
+			return cmd.Execute()
+		})
+		if err != nil {
+			t.Fatalf("list: %v", err)
+		}
+		var es []Entry
+		if err := json.Unmarshal(out.Bytes(), &es); err != nil {
+			t.Fatalf("list --json: %v\n%s", err, out.String())
+		}
+		e := find(es, "tcp", c.h1, sport, 8080)
+		if e == nil || e.State != "ESTABLISHED" || !e.Assured || !e.Confirmed {
+			t.Fatalf("list during the connection: %+v\n%s", e, out.String())
+		}
+		if e.Bytes[0] < uint64(len(msg)) || e.Bytes[1] < uint64(len(msg)) {
+			t.Errorf("entry counted %v bytes, want at least %d each way", e.Bytes, len(msg))
+		}
+	})
+
+	t.Run("ping", func(t *testing.T) {
+		labtest.Run(t, c.l, "h1", "ping", "-c", "2", "-i", "0.2", "-W", "2", c.h2)
+		labtest.Run(t, c.l, "h1", "ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", labtest.Addr(t, c.l, "h2", "6"))
+	})
+
+	t.Run("unsolicited from outside refused", func(t *testing.T) {
+		before := c.counters()["policy_drop"]
+		if conn, err := c.dial("h2", "tcp", net.JoinHostPort(c.h1, "8081"), time.Second); err == nil {
+			conn.Close()
+			t.Fatal("h2 connected to h1 through the firewall")
+		}
+		if after := c.counters()["policy_drop"]; after <= before {
+			t.Errorf("policy_drop %d → %d", before, after)
+		}
+	})
+
+	t.Run("iperf3", func(t *testing.T) {
+		before := c.counters()
+		r := labtest.Iperf(t, c.l, "h1", "h2", c.h2, "-t", "2")
+		if r.ReceivedBPS <= 0 {
+			t.Fatalf("iperf3: %+v", r)
+		}
+		after := c.counters()
+		t.Logf("iperf3 through conntrack --hook tc: %.2f Gbit/s, %d retransmits; counters %v", r.ReceivedBPS/1e9, r.Retransmits, diff(before, after))
+		if after["invalid_window"]+after["invalid_tcp_state"]+after["invalid_malformed"] != 0 {
+			t.Errorf("a clean transfer counted invalid packets: %v", after)
+		}
+		if after["forwarded"]-before["forwarded"] < 100 {
+			t.Errorf("forwarded %d → %d: the transfer did not go through the program", before["forwarded"], after["forwarded"])
+		}
+		// GRO on r1: the data connection's packets are aggregates, longer than the MTU on
+		// average.
+		var data *Entry
+		es := c.entries()
+		for i, e := range es {
+			if e.Proto == "tcp" && e.Orig.Dport != 8080 && (data == nil || e.Bytes[0] > data.Bytes[0]) {
+				data = &es[i]
+			}
+		}
+		if data == nil || data.Packets[0] == 0 {
+			t.Fatalf("no iperf3 data connection in the table: %+v", es)
+		}
+		if avg := data.Bytes[0] / data.Packets[0]; avg <= 1500 {
+			t.Errorf("average packet %d bytes: no GRO aggregates reached the program", avg)
+		} else {
+			t.Logf("average forwarded packet of the data connection: %d bytes", avg)
+		}
+	})
+}
+
+// TestHookSwitchKeepsTable loads the XDP program on pinned tables, opens a connection, then
+// loads the TC program in its place: it finds the connection in the same tables.
+func TestHookSwitchKeepsTable(t *testing.T) {
+	f := newFixture(t, nil)
+	load := func(hook string) *fixture {
+		t.Helper()
+		cfg := &Config{Hook: hook, Inside: []string{"in"}, Outside: []string{"out"}}
+		r, err := cfg.resolve()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d *Datapath
+		err = nsrun.Do(f.ns, func() error {
+			inst, err := Instance()
+			if err != nil {
+				return err
+			}
+			t.Cleanup(func() { _ = unpinInstance(inst) })
+			d, err = Load(r)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		if err := d.AddInterface(f.in.Index, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.AddInterface(f.out.Index, false); err != nil {
+			t.Fatal(err)
+		}
+		g := *f
+		g.d, g.tables = d, d.Tables()
+		return &g
+	}
+	ci, si := uint32(1000), uint32(5000)
+	x := load(HookXDP)
+	x.script(t, handshake(ci, si))
+	x.d.Close()
+	tc := load(HookTC)
+	if tc.d.Hook() != HookTC {
+		t.Fatalf("hook %s", tc.d.Hook())
+	}
+	tc.script(t, []step{
+		{name: "data after the switch", frame: tcp(true, "PA", ci+1, si+1, 100), ret: xdpRedirect, state: "ESTABLISHED"},
+		{name: "reply after the switch", frame: tcp(false, "A", si+1, ci+101, 0), out: true, ret: xdpRedirect, state: "ESTABLISHED"},
+	})
+	if e := tc.entries()[0]; e.Packets != [2]uint64{3, 2} {
+		t.Errorf("packets %v, want [3 2]: the counts of both programs", e.Packets)
 	}
 }
