@@ -1,4 +1,4 @@
-// Package conntrack is flowplane's XDP connection-tracking forwarder: the loader and sweeper
+// Package conntrack is flowplane's XDP (or tcx) connection-tracking forwarder: the loader and sweeper
 // (run), the table readers (list, stats, flush, events) and the metrics of bpf/conntrack.
 package conntrack
 

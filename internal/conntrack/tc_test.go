@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/flowplane/flowplane/internal/lab/labtest"
@@ -16,9 +20,32 @@ import (
 	"github.com/flowplane/flowplane/internal/packet"
 )
 
+// mustRun fails t (never skips it) when the TC tests cannot run here: they need root with
+// CAP_BPF and CAP_NET_ADMIN, and the lab test the programs it names.
+func mustRun(t *testing.T, programs ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatalf("the TC hook tests need root (euid %d)", os.Geteuid())
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Fatalf("the TC hook tests cannot remove the memlock limit: %v", err)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err != nil {
+		t.Fatalf("the TC hook tests cannot create a BPF map: %v", err)
+	}
+	m.Close()
+	for _, p := range programs {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Fatalf("the TC lab test needs %s (`make setup` installs it): %v", p, err)
+		}
+	}
+}
+
 // TestTCHook runs the scripted data-path tests on the TC build of the program: the same
 // source, so the same verdicts (mapped from TC_ACT_*) and the same table states.
 func TestTCHook(t *testing.T) {
+	mustRun(t)
 	fixtureHook = HookTC
 	t.Cleanup(func() { fixtureHook = HookXDP })
 	for _, c := range []struct {
@@ -49,6 +76,7 @@ func TestTCHook(t *testing.T) {
 // and an unsolicited outside SYN dropped (TC_ACT_SHOT), and the route cache keeping the
 // egress MTU (the TC lookup checks the skb against it, GSO-aware).
 func TestTCVerdicts(t *testing.T) {
+	mustRun(t)
 	f := newFixture(t, &Config{Hook: HookTC})
 	if f.d.Program().Type().String() != "SchedCLS" {
 		t.Fatalf("program type %s, want SchedCLS", f.d.Program().Type())
@@ -130,6 +158,7 @@ func TestTCVerdicts(t *testing.T) {
 // a TCP echo and iperf3 go through, ping works, an unsolicited outside connection is refused
 // and `list` shows the TCP connection ESTABLISHED.
 func TestLabTC(t *testing.T) {
+	mustRun(t, "iperf3", "ethtool", "ping", "ip")
 	c := newCtLab(t, &Config{Hook: HookTC})
 	r1, err := c.l.Node("r1")
 	if err != nil {
@@ -237,6 +266,7 @@ func TestLabTC(t *testing.T) {
 // TestHookSwitchKeepsTable loads the XDP program on pinned tables, opens a connection, then
 // loads the TC program in its place: it finds the connection in the same tables.
 func TestHookSwitchKeepsTable(t *testing.T) {
+	mustRun(t)
 	f := newFixture(t, nil)
 	load := func(hook string) *fixture {
 		t.Helper()
