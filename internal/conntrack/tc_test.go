@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/gopacket/gopacket/layers"
 
@@ -167,9 +168,15 @@ func TestLabTC(t *testing.T) {
 	for _, ifc := range r1.Ifaces {
 		labtest.Run(t, c.l, "r1", "ethtool", "-K", c.l.IfName(ifc), "gro", "on")
 	}
-	// Attached at tcx ingress, not XDP.
-	if out := labtest.Run(t, c.l, "r1", "ip", "-d", "link", "show", c.l.IfName(r1.Ifaces[0])); strings.Contains(out, "xdp") {
-		t.Errorf("an XDP program is attached with --hook tc:\n%s", out)
+	// Attached at tcx ingress of both interfaces, and no XDP program.
+	for _, ifc := range r1.Ifaces {
+		name := c.l.IfName(ifc)
+		if n := tcxIngress(t, c, name); n != 1 {
+			t.Errorf("%s: %d tcx ingress programs, want 1", name, n)
+		}
+		if out := labtest.Run(t, c.l, "r1", "ip", "-d", "link", "show", name); strings.Contains(out, "prog/xdp") {
+			t.Errorf("an XDP program is attached with --hook tc:\n%s", out)
+		}
 	}
 	c.listen("h2", 8080)
 	c.listen("h1", 8081)
@@ -261,6 +268,18 @@ func TestLabTC(t *testing.T) {
 			t.Logf("average forwarded packet of the data connection: %d bytes", avg)
 		}
 	})
+
+	t.Run("detach", func(t *testing.T) {
+		c.stop()
+		for _, ifc := range r1.Ifaces {
+			if n := tcxIngress(t, c, c.l.IfName(ifc)); n != 0 {
+				t.Errorf("%s: %d tcx ingress programs left after run ended", c.l.IfName(ifc), n)
+			}
+		}
+		if len(c.entries()) == 0 {
+			t.Error("the pinned table is empty after run ended")
+		}
+	})
 }
 
 // TestHookSwitchKeepsTable loads the XDP program on pinned tables, opens a connection, then
@@ -314,4 +333,26 @@ func TestHookSwitchKeepsTable(t *testing.T) {
 	if e := tc.entries()[0]; e.Packets != [2]uint64{3, 2} {
 		t.Errorf("packets %v, want [3 2]: the counts of both programs", e.Packets)
 	}
+}
+
+// tcxIngress counts the programs at tcx ingress of r1's interface name.
+func tcxIngress(t *testing.T, c *ctLab, name string) int {
+	t.Helper()
+	var n int
+	err := nsrun.Do(c.l.Netns("r1"), func() error {
+		ifc, err := net.InterfaceByName(name)
+		if err != nil {
+			return err
+		}
+		r, err := link.QueryPrograms(link.QueryOptions{Target: ifc.Index, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return err
+		}
+		n = len(r.Programs)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("query tcx ingress of %s: %v", name, err)
+	}
+	return n
 }
