@@ -2,6 +2,7 @@ package conntrack
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/gopacket/gopacket/layers"
+	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/lab/labtest"
 	"github.com/flowplane/flowplane/internal/nsrun"
@@ -355,4 +357,79 @@ func tcxIngress(t *testing.T, c *ctLab, name string) int {
 		t.Fatalf("query tcx ingress of %s: %v", name, err)
 	}
 	return n
+}
+
+// TestLabTCPull sends, from h1 through r1 (--hook tc, GRO off so nothing pulls headers before
+// the program), a 5000-byte UDP datagram whose skb holds only the Ethernet header in its linear
+// part (an AF_PACKET socket with a virtio-net header of hdr_len 14): the program must pull the
+// IP and UDP headers in to track it. Without the pull it could not parse it and would pass it
+// to the kernel untracked.
+func TestLabTCPull(t *testing.T) {
+	mustRun(t, "ip")
+	c := newCtLab(t, &Config{Hook: HookTC})
+	var h1If, r1In string
+	for _, x := range []struct {
+		node string
+		i    int
+	}{{"h1", 0}, {"r1", 0}, {"r1", 1}, {"h2", 0}} {
+		n, err := c.l.Node(x.node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := c.l.IfName(n.Ifaces[x.i])
+		labtest.Run(t, c.l, x.node, "ip", "link", "set", "dev", name, "mtu", "9000")
+		if x.node == "h1" {
+			h1If = name
+		} else if x.node == "r1" && x.i == 0 {
+			r1In = name
+		}
+	}
+	mac := func(node, name string) (net.HardwareAddr, int) {
+		var ifc *net.Interface
+		if err := nsrun.Do(c.l.Netns(node), func() error {
+			var err error
+			ifc, err = net.InterfaceByName(name)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ifc.HardwareAddr, ifc.Index
+	}
+	h1MAC, h1Index := mac("h1", h1If)
+	r1MAC, _ := mac("r1", r1In)
+	frame := packet.IP(c.h1, c.h2).MAC(h1MAC, r1MAC).UDP(5555, 7777).Payload(make([]byte, 5000)).Bytes()
+	labtest.Run(t, c.l, "h1", "ping", "-c", "1", "-W", "2", c.h2) // r1 resolves h2: it can redirect
+	before := c.counters()
+	err := nsrun.Do(c.l.Netns("h1"), func() error {
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
+			return err
+		}
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Ifindex: h1Index}); err != nil {
+			return err
+		}
+		// struct virtio_net_hdr: flags, gso_type (none), hdr_len, gso_size, csum_start,
+		// csum_offset. hdr_len is how much of the frame goes into the skb's linear part.
+		vnet := make([]byte, 10)
+		binary.LittleEndian.PutUint16(vnet[2:], 14)
+		_, err = unix.Write(fd, append(vnet, frame...))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("send the datagram from h1: %v", err)
+	}
+	eventually(t, "an entry for the 5000-byte datagram", func() bool {
+		return find(c.entries(), "udp", c.h1, 5555, 7777) != nil
+	})
+	after := c.counters()
+	if after["new"] <= before["new"] || after["forwarded"] <= before["forwarded"] {
+		t.Errorf("counters changed by %v, want new and forwarded", diff(before, after))
+	}
+	if e := find(c.entries(), "udp", c.h1, 5555, 7777); e.Bytes[0] != 5028 {
+		t.Errorf("entry counted %d bytes, want 5028 (the whole IP datagram)", e.Bytes[0])
+	}
 }
