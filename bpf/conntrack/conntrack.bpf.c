@@ -1065,9 +1065,9 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 		}
 		if (reason < 0) {
 			destroy(confirmed ? (void *)&ct_main : (void *)&ct_emb, &p->key, e);
+			/* A RST ended a connection that never had a reply. */
 			if (p->tcp_rst)
-				return V_ALLOW; /* a RST ended a connection that never had a reply
-						 */
+				return V_ALLOW;
 			goto open;
 		}
 		if (reason) {
