@@ -1,10 +1,11 @@
-// Command conntrack benchmarks flowplane's XDP conntrack against plain kernel forwarding and
-// nftables over nf_conntrack, in one lab and one run: TCP iperf3 with 1 and 8 flows, 64-byte UDP
-// forwarding rate, XDP ns/packet for established traffic (BPF_PROG_TEST_RUN), and an established
-// flow under a SYN flood that fills the unconfirmed table. The 64-byte traffic and the flood come
-// from xdpgen (BPF_PROG_TEST_RUN live frames) and are counted by its XDP sink on h2. It prints
-// markdown tables of ratios and writes bench/results/conntrack.json. Run as root:
-// go run ./bench/conntrack
+// Command conntrack benchmarks flowplane's conntrack (XDP, and tc with GRO on r1) against plain
+// kernel forwarding and nftables over nf_conntrack, in one lab and one run: TCP iperf3 with 1
+// and 8 flows, 64-byte UDP forwarding rate, XDP ns/packet for established traffic
+// (BPF_PROG_TEST_RUN), and an established flow under a SYN flood that fills the unconfirmed
+// table. The 64-byte traffic and the flood come from xdpgen (BPF_PROG_TEST_RUN live frames) and
+// are counted by its XDP sink on h2. It prints markdown tables of ratios and writes
+// bench/results/conntrack.json. Run as root: go run ./bench/conntrack (-modes flowplane-tc
+// -rounds 1 for a quick check of one mode)
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -21,6 +23,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -59,8 +62,13 @@ var (
 	duration = 4 * time.Second
 	rounds   = 5
 	// kernel-gro is kernel forwarding with GRO on r1's veths (a veth's default is off, a NIC's
-	// on): r1 then forwards 64 KB aggregates, which an XDP program never sees.
-	modes = []string{"kernel", "kernel-gro", "nftables", "flowplane"}
+	// on): r1 then forwards 64 KB aggregates, which an XDP program never sees. flowplane-tc is
+	// flowplane with --hook tc and GRO on r1's veths: its tcx program sees those aggregates.
+	modes = []string{"kernel", "kernel-gro", "nftables", "flowplane", "flowplane-tc"}
+	// -modes picks a subset for a quick check: it prints each mode's medians only (no ratios,
+	// no SYN flood, no JSON).
+	onlyModes  = flag.String("modes", "", "comma-separated subset of "+strings.Join(modes, ",")+" for a quick check (default: all, full report)")
+	flagRounds = flag.Int("rounds", rounds, "interleaved rounds")
 )
 
 // The 64-byte test: one UDP flow h1:udpSport → h2:udpDport, established by one datagram each way,
@@ -154,6 +162,23 @@ type GenRun struct {
 }
 
 func main() {
+	flag.Parse()
+	rounds = *flagRounds
+	if *onlyModes != "" {
+		var sel []string
+		for _, m := range strings.Split(*onlyModes, ",") {
+			if !slices.Contains(modes, m) {
+				fmt.Fprintf(os.Stderr, "unknown mode %q (known: %s)\n", m, strings.Join(modes, ", "))
+				os.Exit(2)
+			}
+			sel = append(sel, m)
+		}
+		modes = sel
+	}
+	if rounds < 1 {
+		fmt.Fprintln(os.Stderr, "-rounds: want at least 1")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx); err != nil {
@@ -265,6 +290,10 @@ func run(ctx context.Context) error {
 			UDP64Offered: median(samples[m], func(r Result) float64 { return r.UDP64Offered }),
 		}
 	}
+	if *onlyModes != "" {
+		printQuick(rep)
+		return nil
+	}
 	if rep.Flood, err = bn.flood(ctx); err != nil {
 		return fmt.Errorf("syn flood: %w", err)
 	}
@@ -276,6 +305,7 @@ func run(ctx context.Context) error {
 	rep.Notes = []string{
 		"veth lab on one host: all three modes share the same CPUs with iperf3 itself",
 		"hosts run with GRO on and tx checksum offload off in every mode (needed for XDP redirect into veth; r1 is marked xdp: true in the lab)",
+		"flowplane-tc: flowplane with --hook tc (tcx ingress) and GRO on both of r1's veths, as kernel-gro: the program runs on the skb after GRO and forwards the aggregates with bpf_redirect",
 		"kernel-gro: kernel forwarding with GRO on both of r1's veths (a veth's default is off, a NIC's on): r1 forwards GRO aggregates of up to 64 KB, one route lookup and one qdisc pass each; an XDP program runs before GRO and handles every segment",
 		"iperf3 client pinned to CPU 0 and server to CPU 1 in every mode (-A); ratios are medians of the ratios within each round",
 		"udp_64b_rx_pps: one UDP flow of 64-byte frames (60 + FCS), made established by one datagram each way, sent by xdpgen (BPF_PROG_TEST_RUN live frames, one thread, full speed) from h1 for 3 s; frames per second counted at h2 by an XDP sink (count and drop) over the middle 2 s; the same in all three modes",
@@ -314,22 +344,18 @@ func (b *bench) setMode(ctx context.Context, mode string) (func(), error) {
 	case "kernel":
 		return func() {}, nil
 	case "kernel-gro":
-		var on []string
-		undo := func() {
-			for _, dev := range on {
-				if out, err := b.cmd(context.Background(), "r1", "ethtool", "-K", dev, "gro", "off"); err != nil {
-					slog.Warn("ethtool gro off", "dev", dev, "err", err, "out", out)
-				}
-			}
+		return b.groBoth(ctx)
+	case "flowplane-tc":
+		undo, err := b.groBoth(ctx)
+		if err != nil {
+			return nil, err
 		}
-		for _, dev := range []string{b.dev["r1:in"], b.dev["r1:out"]} {
-			if out, err := b.cmd(ctx, "r1", "ethtool", "-K", dev, "gro", "on"); err != nil {
-				undo()
-				return nil, fmt.Errorf("ethtool -K %s gro on: %v: %s", dev, err, out)
-			}
-			on = append(on, dev)
+		stop, err := b.startFlowplane(&conntrack.Config{Hook: conntrack.HookTC})
+		if err != nil {
+			undo()
+			return nil, err
 		}
-		return undo, nil
+		return func() { stop(); undo() }, nil
 	case "nftables":
 		c, err := b.l.Command(ctx, "r1", "nft", "-f", "-")
 		if err != nil {
@@ -347,6 +373,26 @@ func (b *bench) setMode(ctx context.Context, mode string) (func(), error) {
 		return b.startFlowplane(&conntrack.Config{})
 	}
 	return nil, fmt.Errorf("unknown mode %s", mode)
+}
+
+// groBoth switches GRO on on both of r1's veths and returns how to switch it off again.
+func (b *bench) groBoth(ctx context.Context) (func(), error) {
+	var on []string
+	undo := func() {
+		for _, dev := range on {
+			if out, err := b.cmd(context.Background(), "r1", "ethtool", "-K", dev, "gro", "off"); err != nil {
+				slog.Warn("ethtool gro off", "dev", dev, "err", err, "out", out)
+			}
+		}
+	}
+	for _, dev := range []string{b.dev["r1:in"], b.dev["r1:out"]} {
+		if out, err := b.cmd(ctx, "r1", "ethtool", "-K", dev, "gro", "on"); err != nil {
+			undo()
+			return nil, fmt.Errorf("ethtool -K %s gro on: %v: %s", dev, err, out)
+		}
+		on = append(on, dev)
+	}
+	return undo, nil
 }
 
 func (b *bench) startFlowplane(cfg *conntrack.Config) (func(), error) {
@@ -801,33 +847,35 @@ func (b *bench) nsPerPacket() (time.Duration, time.Duration, error) {
 }
 
 func printReport(r *Report) {
-	k, g, n, f := r.Results["kernel"], r.Results["kernel-gro"], r.Results["nftables"], r.Results["flowplane"]
+	k, g, n, f, tc := r.Results["kernel"], r.Results["kernel-gro"], r.Results["nftables"], r.Results["flowplane"], r.Results["flowplane-tc"]
 	fmt.Printf("## conntrack benchmark (%s, %d CPUs, iperf3 %gs, median of %d interleaved rounds)\n\n", r.Kernel, r.CPUs, r.DurationS, rounds)
-	fmt.Println("| test | kernel fwd | kernel fwd, GRO on r1 | nftables ct | flowplane | flowplane / kernel | flowplane / kernel with GRO | flowplane / nftables |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| test | kernel fwd | kernel fwd, GRO on r1 | nftables ct | flowplane | flowplane / kernel | flowplane / kernel with GRO | flowplane / nftables | flowplane tc, GRO on r1 | flowplane tc / kernel | flowplane tc / kernel with GRO |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	// Ratios are the medians of the ratios within each round (the modes of a round run back to
 	// back), so slow changes in the machine's other load cancel; each row's per-round ratios
 	// follow the table.
 	var perRound []string
 	row := func(name, unit string, m func(Result) float64) {
-		var vk, vg, vn []float64
+		var vk, vg, vn, tk, tg []float64
 		var rs []string
 		for i, fs := range r.Samples["flowplane"] {
 			k, g, n := m(fs)/m(r.Samples["kernel"][i]), m(fs)/m(r.Samples["kernel-gro"][i]), m(fs)/m(r.Samples["nftables"][i])
-			vk, vg, vn = append(vk, k), append(vg, g), append(vn, n)
-			rs = append(rs, fmt.Sprintf("%.2f/%.2f/%.2f", k, g, n))
+			ts := r.Samples["flowplane-tc"][i]
+			ck, cg := m(ts)/m(r.Samples["kernel"][i]), m(ts)/m(r.Samples["kernel-gro"][i])
+			vk, vg, vn, tk, tg = append(vk, k), append(vg, g), append(vn, n), append(tk, ck), append(tg, cg)
+			rs = append(rs, fmt.Sprintf("%.2f/%.2f/%.2f (tc %.2f/%.2f)", k, g, n, ck, cg))
 		}
-		fmt.Printf("| %s | %.3g %s | %.3g %s | %.3g %s | %.3g %s | %.2f× | %.2f× | %.2f× |\n", name, m(*k), unit, m(*g), unit, m(*n), unit, m(*f), unit,
-			report.Median(vk), report.Median(vg), report.Median(vn))
+		fmt.Printf("| %s | %.3g %s | %.3g %s | %.3g %s | %.3g %s | %.2f× | %.2f× | %.2f× | %.3g %s | %.2f× | %.2f× |\n", name, m(*k), unit, m(*g), unit, m(*n), unit, m(*f), unit,
+			report.Median(vk), report.Median(vg), report.Median(vn), m(*tc), unit, report.Median(tk), report.Median(tg))
 		perRound = append(perRound, fmt.Sprintf("- %s: %s", name, strings.Join(rs, ", ")))
 	}
 	row("TCP iperf3, 1 flow", "Gbit/s", func(r Result) float64 { return r.TCP1Gbps })
 	row("TCP iperf3, 8 flows", "Gbit/s", func(r Result) float64 { return r.TCP8Gbps })
 	row("UDP 64 B forwarded (xdpgen, 1 established flow)", "pkt/s", func(r Result) float64 { return r.UDP64pps })
 	row("UDP 64 B offered by xdpgen (same runs)", "pkt/s", func(r Result) float64 { return r.UDP64Offered })
-	fmt.Printf("| TCP retransmissions (iperf3), 1 / 8 flows | %.0f / %.0f | %.0f / %.0f | %.0f / %.0f | %.0f / %.0f | | | |\n",
-		k.TCP1Retrans, k.TCP8Retrans, g.TCP1Retrans, g.TCP8Retrans, n.TCP1Retrans, n.TCP8Retrans, f.TCP1Retrans, f.TCP8Retrans)
-	fmt.Printf("\nThroughputs are medians over the rounds; ratios are medians of the ratios within each round. flowplane / kernel / kernel with GRO / nftables in each round:\n%s\n", strings.Join(perRound, "\n"))
+	fmt.Printf("| TCP retransmissions (iperf3), 1 / 8 flows | %.0f / %.0f | %.0f / %.0f | %.0f / %.0f | %.0f / %.0f | | | | %.0f / %.0f | | |\n",
+		k.TCP1Retrans, k.TCP8Retrans, g.TCP1Retrans, g.TCP8Retrans, n.TCP1Retrans, n.TCP8Retrans, f.TCP1Retrans, f.TCP8Retrans, tc.TCP1Retrans, tc.TCP8Retrans)
+	fmt.Printf("\nThroughputs are medians over the rounds; ratios are medians of the ratios within each round. flowplane / kernel / kernel with GRO / nftables (flowplane tc / kernel / kernel with GRO) in each round:\n%s\n", strings.Join(perRound, "\n"))
 	fmt.Println("The generator runs on one thread of h1; on veth, r1's and h2's receive work runs on the same CPU, so both rates measure the whole path and the offered rate falls with the router's cost.")
 	fmt.Printf("\nXDP cost, established TCP segment (BPF_PROG_TEST_RUN): %.0f ns/packet (an XDP_PASS-only program: %.0f ns)\n", r.NsPerPkt, r.NsPerPktNoop)
 	fl := r.Flood
@@ -857,6 +905,17 @@ func printReport(r *Report) {
 		"At full speed the generator takes a whole CPU of the two and offers more than r1 drains: the veth ring into r1 overflows (offered ≫ at h2) and the flow's packets compete with the SYNs for it. "+
 		"Established entries kept in every run: %v.\n",
 		lo, hi, fl.PrefillSYNs, fl.RatePPS, fl.EntryKept)
+}
+
+// printQuick prints the medians of the -modes subset, without ratios.
+func printQuick(r *Report) {
+	fmt.Printf("## conntrack quick check (%s, %d CPUs, iperf3 %gs, median of %d rounds; modes %s)\n\n", r.Kernel, r.CPUs, r.DurationS, rounds, strings.Join(modes, ", "))
+	fmt.Println("| mode | TCP 1 flow Gbit/s | TCP 8 flows Gbit/s | UDP 64 B forwarded pkt/s | UDP 64 B offered pkt/s | retransmits 1 / 8 flows |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, m := range modes {
+		x := r.Results[m]
+		fmt.Printf("| %s | %.3g | %.3g | %.3g | %.3g | %.0f / %.0f |\n", m, x.TCP1Gbps, x.TCP8Gbps, x.UDP64pps, x.UDP64Offered, x.TCP1Retrans, x.TCP8Retrans)
+	}
 }
 
 func median(rs []Result, f func(Result) float64) float64 {

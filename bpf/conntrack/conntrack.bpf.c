@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* conntrack.bpf.c: a stateful XDP forwarder. Every IPv4/IPv6 TCP, UDP and ICMP packet routed
- * between the attached interfaces is tracked with nf_conntrack's semantics (TCP state table and
- * van Rooij window tracking, UDP replied/unreplied, ICMP echo by id, ICMP errors related by
- * their quoted header), filtered by an inside/outside policy and forwarded with
- * bpf_fib_lookup + bpf_redirect_map. Anything it cannot handle goes to the kernel (XDP_PASS).
+/* conntrack.bpf.c: a stateful XDP (or, built with -DCT_HOOK_TC, tcx ingress) forwarder. Every
+ * IPv4/IPv6 TCP, UDP and ICMP packet routed between the attached interfaces is tracked with
+ * nf_conntrack's semantics (TCP state table and van Rooij window tracking, UDP replied/unreplied,
+ * ICMP echo by id, ICMP errors related by their quoted header), filtered by an inside/outside
+ * policy and forwarded with bpf_fib_lookup + bpf_redirect_map (TC: bpf_redirect). Anything it
+ * cannot handle goes to the kernel (XDP_PASS, TC_ACT_OK).
  *
  * Tables: connections live in ct_emb (LRU) until a valid reply confirms them, then move to
  * ct_main (plain hash): a flood of unconfirmed connections can only evict other unconfirmed
@@ -20,6 +21,27 @@
 #define NSEC_PER_SEC   1000000000ULL
 #define MAXACKWINCONST 66000
 #define ROUTE_CACHE_NS NSEC_PER_SEC /* how long a connection reuses its FIB result */
+
+/* One source, two programs: the XDP build (default) and, with -DCT_HOOK_TC, a tcx ingress
+ * program that runs on the skb after GRO (docs/conntrack.md, "Hooks"). These macros are all
+ * that differs between the two contexts. */
+#ifdef CT_HOOK_TC
+#define CT_CTX		struct __sk_buff
+#define CT_PASS		TC_ACT_OK
+#define CT_DROP		TC_ACT_SHOT
+#define CT_REDIRECT	TC_ACT_REDIRECT
+#define ct_load_bytes	bpf_skb_load_bytes
+#define CT_SEC		"tc"
+#define CT_TC_ICMP_PULL 256 /* linear bytes wanted after an ICMP header (quoted packet) */
+#else
+#define CT_CTX	      struct xdp_md
+#define CT_PASS	      XDP_PASS
+#define CT_DROP	      XDP_DROP
+#define CT_REDIRECT   XDP_REDIRECT
+#define ct_load_bytes bpf_xdp_load_bytes
+#define CT_SEC	      "xdp"
+#endif
+#define CT_INGRESS(ctx) ((ctx)->ingress_ifindex)
 
 #define ICMP_ECHOREPLY	    0
 #define ICMP_DEST_UNREACH   3
@@ -179,8 +201,8 @@ struct pkt {
 	__u8 tcp_ack;
 	__u8 tcp_rst;
 	__u8 has_opts; /* the TCP header has options (nf's tcp_options then resets a SYN's) */
-	__u32 sack;  /* ack raised to the highest SACK block's end, as nf's tcp_sack */
-	__u8 wscale; /* from a SYN's options */
+	__u32 sack;    /* ack raised to the highest SACK block's end, as nf's tcp_sack */
+	__u8 wscale;   /* from a SYN's options */
 	__u8 has_wscale;
 	__u8 sack_perm; /* from a SYN's options */
 	__u8 new_ok;	/* may open a connection (TCP SYN, UDP, echo request) */
@@ -351,7 +373,7 @@ __attribute__((noinline)) int ct_sack_blocks(struct tcp_opts *o, __u32 at, __u32
  * A global function: verified once, whatever the path that reaches it (checking those options
  * inline costs the main program ~200k verifier steps). Malformed options end the parse, as in
  * nf. */
-__attribute__((noinline)) int ct_tcp_options(struct xdp_md *ctx, __u32 off, __u32 len, __u32 first,
+__attribute__((noinline)) int ct_tcp_options(CT_CTX *ctx, __u32 off, __u32 len, __u32 first,
 					     struct pkt *p)
 {
 	struct tcp_opts *o;
@@ -367,7 +389,7 @@ __attribute__((noinline)) int ct_tcp_options(struct xdp_md *ctx, __u32 off, __u3
 	asm volatile("" : "+r"(len)); /* keep the checked copy for the verifier */
 	if (len < 1 || len > sizeof(o->b))
 		return 0;
-	if (bpf_xdp_load_bytes(ctx, off, o->b, len) < 0)
+	if (ct_load_bytes(ctx, off, o->b, len) < 0)
 		return 0;
 	/* Bounded by i_off, which grows every round: states with the same i_off prune. */
 	while (i_off < len && i_off < sizeof(o->b) - 1) {
@@ -401,7 +423,7 @@ __attribute__((noinline)) int ct_tcp_options(struct xdp_md *ctx, __u32 off, __u3
 }
 
 /* tcp_options fills p from th's options (see ct_tcp_options). */
-static __always_inline void tcp_options(struct xdp_md *ctx, struct hdr_cursor *c, struct pkt *p,
+static __always_inline void tcp_options(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *p,
 					struct tcphdr *th)
 {
 	__be32 *first = (void *)(th + 1);
@@ -655,8 +677,8 @@ __attribute__((noinline)) int ct_tcp_update(struct ct_entry *e, struct pkt *p, _
 		 * shortening is not done here). */
 		if ((e->status & CT_F_ASSURED) &&
 		    (p->tcp_index == TCP_RST_SET || p->tcp_index == TCP_FIN_SET) &&
-		    !(e->last_dir != dir && (e->last_index == LAST(TCP_RST_SET) ||
-					     e->last_index == LAST(TCP_FIN_SET)))) {
+		    !(e->last_dir != dir &&
+		      (e->last_index == LAST(TCP_RST_SET) || e->last_index == LAST(TCP_FIN_SET)))) {
 			e->last_index = LAST(p->tcp_index);
 			e->last_dir = dir;
 		}
@@ -822,7 +844,7 @@ static __always_inline int confirm(struct pkt *p, struct ct_entry *e)
  * or -1 for a fragment other than the first (it has no ports to match), too many headers or a
  * truncated one. A global function, so the rare error path costs the main program no verifier
  * states. */
-__attribute__((noinline)) int ct_ipv6_skip_ext(struct xdp_md *ctx, __u32 off, __u32 next)
+__attribute__((noinline)) int ct_ipv6_skip_ext(CT_CTX *ctx, __u32 off, __u32 next)
 {
 	struct ipv6_opt_hdr_ oh;
 
@@ -836,7 +858,7 @@ __attribute__((noinline)) int ct_ipv6_skip_ext(struct xdp_md *ctx, __u32 off, __
 		case NEXTHDR_ROUTING:
 		case NEXTHDR_DEST:
 		case NEXTHDR_AUTH:
-			if (bpf_xdp_load_bytes(ctx, off, &oh, sizeof(oh)) < 0)
+			if (ct_load_bytes(ctx, off, &oh, sizeof(oh)) < 0)
 				return -1;
 			off += ipv6_opt_len(next, oh.hdrlen);
 			next = oh.nexthdr;
@@ -845,7 +867,7 @@ __attribute__((noinline)) int ct_ipv6_skip_ext(struct xdp_md *ctx, __u32 off, __
 			struct frag_hdr_ fh;
 
 			/* A first fragment still carries the ports (nf's ipv6_skip_exthdr). */
-			if (bpf_xdp_load_bytes(ctx, off, &fh, sizeof(fh)) < 0 ||
+			if (ct_load_bytes(ctx, off, &fh, sizeof(fh)) < 0 ||
 			    (fh.frag_off & bpf_htons(0xfff8)))
 				return -1;
 			off += sizeof(fh);
@@ -862,7 +884,7 @@ __attribute__((noinline)) int ct_ipv6_skip_ext(struct xdp_md *ctx, __u32 off, __
 /* related handles an ICMP(v6) error: allowed only if the header it quotes belongs to a tracked
  * connection. c points after the 8-byte ICMP header; p's key is rebuilt for the quoted packet
  * (the error itself has no key of its own). */
-static __always_inline int related_at(struct xdp_md *ctx, struct hdr_cursor *c, struct pkt *inner,
+static __always_inline int related_at(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *inner,
 				      __u8 family, __u64 now)
 {
 	__u32 src[4] = {}, dst[4] = {};
@@ -915,13 +937,13 @@ static __always_inline int related_at(struct xdp_md *ctx, struct hdr_cursor *c, 
 
 /* track decides one forwarded packet; c points at the transport header. If looked, route_lookup
  * has built p->key and looked it up in ct_main (main, NULL if absent). */
-static __always_inline int track(struct xdp_md *ctx, struct hdr_cursor *c, struct pkt *p,
-				 __u8 family, int l4proto, const __u32 *src, const __u32 *dst,
-				 __u32 l4off, __u64 now, struct ct_entry *main, int looked)
+static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *p, __u8 family,
+				 int l4proto, const __u32 *src, const __u32 *dst, __u32 l4off,
+				 __u64 now, struct ct_entry *main, int looked)
 {
 	struct ct_config *cfg;
 	struct ct_entry *e;
-	__u32 zero = 0, *role, ifindex = ctx->ingress_ifindex;
+	__u32 zero = 0, *role, ifindex = CT_INGRESS(ctx);
 	__u16 sport = 0, dport = 0;
 	__u64 expires;
 	__u32 dir, state = 0;
@@ -1043,8 +1065,9 @@ static __always_inline int track(struct xdp_md *ctx, struct hdr_cursor *c, struc
 		}
 		if (reason < 0) {
 			destroy(confirmed ? (void *)&ct_main : (void *)&ct_emb, &p->key, e);
+			/* A RST ended a connection that never had a reply. */
 			if (p->tcp_rst)
-				return V_ALLOW; /* a RST ended a connection that never had a reply */
+				return V_ALLOW;
 			goto open;
 		}
 		if (reason) {
@@ -1068,12 +1091,24 @@ static __always_inline int track(struct xdp_md *ctx, struct hdr_cursor *c, struc
 	return V_ALLOW;
 }
 
+/* ct_len_ok: the cached route's MTU check covers this packet. len_ok is an L3 length that
+ * passed (XDP: the checked packet's; TC: the egress MTU). A GSO skb is forwardable whatever its
+ * length (the kernel's is_skb_forwardable). */
+static __always_inline int ct_len_ok(CT_CTX *ctx, struct pkt *p, struct ct_route *r)
+{
+#ifdef CT_HOOK_TC
+	if (ctx->gso_size)
+		return 1;
+#endif
+	return p->l3len <= r->len_ok;
+}
+
 /* route_lookup is bpf_fib_lookup with a per-connection cache: a confirmed TCP or UDP connection
  * reuses, for a second, the result of its last lookup in the same direction from the same
  * ingress for a packet at least as long (the MTU check). It fills fib and returns the lookup's
  * result. c points at the transport header. For TCP and UDP it builds p->key, sets *looked and
  * leaves the key's ct_main entry (live or not, NULL if none) in *mainp for track. */
-static __always_inline int route_lookup(struct xdp_md *ctx, struct hdr_cursor *c, struct pkt *p,
+static __always_inline int route_lookup(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *p,
 					struct bpf_fib_lookup *fib, __u8 family, int l4proto,
 					const __u32 *src, const __u32 *dst, __u64 now,
 					struct ct_entry **mainp, int *looked)
@@ -1091,7 +1126,7 @@ static __always_inline int route_lookup(struct xdp_md *ctx, struct hdr_cursor *c
 		if (e && e->expires > now) {
 			r = &e->route[(p->fwd == !!(e->status & CT_F_ORIG_LO) ? 0 : 1) & 1];
 			if (r->checked && now - r->checked <= ROUTE_CACHE_NS &&
-			    r->ingress == ctx->ingress_ifindex && p->l3len <= r->len_ok) {
+			    r->ingress == CT_INGRESS(ctx) && ct_len_ok(ctx, p, r)) {
 				fib->ifindex = r->ifindex;
 				__builtin_memcpy(fib->smac, r->smac, ETH_ALEN);
 				__builtin_memcpy(fib->dmac, r->dmac, ETH_ALEN);
@@ -1100,14 +1135,26 @@ static __always_inline int route_lookup(struct xdp_md *ctx, struct hdr_cursor *c
 		}
 	}
 	fib->l4_protocol = l4proto;
+#ifdef CT_HOOK_TC
+	/* tot_len 0: the kernel checks the skb against the egress MTU GSO-aware (a GRO aggregate
+	 * is longer than the MTU but forwardable) and returns that MTU in mtu_result. */
+	fib->tot_len = 0;
+#else
 	fib->tot_len = p->l3len;
-	fib->ifindex = ctx->ingress_ifindex;
+#endif
+	fib->ifindex = CT_INGRESS(ctx);
 	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS && r) {
 		/* Concurrent writers store the same lookup's result. */
 		r->ifindex = fib->ifindex;
-		r->ingress = ctx->ingress_ifindex;
+		r->ingress = CT_INGRESS(ctx);
+#ifdef CT_HOOK_TC
+		/* Any packet up to the egress MTU passes its check (GSO ones whatever their
+		 * length). */
+		r->len_ok = fib->mtu_result > 0xffff ? 0xffff : fib->mtu_result;
+#else
 		r->len_ok = p->l3len;
+#endif
 		__builtin_memcpy(r->smac, fib->smac, ETH_ALEN);
 		__builtin_memcpy(r->dmac, fib->dmac, ETH_ALEN);
 		r->checked = now;
@@ -1115,18 +1162,87 @@ static __always_inline int route_lookup(struct xdp_md *ctx, struct hdr_cursor *c
 	return rc;
 }
 
+/* ct_beyond: an L3 packet of l3len bytes at l3 would end past the packet. XDP's frame is all
+ * in [data, data_end); an skb's may go on in pages, up to ctx->len. */
+static __always_inline int ct_beyond(CT_CTX *ctx, void *l3, __u32 l3len, void *data, void *data_end)
+{
+#ifdef CT_HOOK_TC
+	return (__u64)(l3 - data) + l3len > ctx->len;
+#else
+	return l3 + l3len > data_end;
+#endif
+}
+
 static __always_inline int pass(void)
 {
 	fp_count(&ct_stats, CT_STAT_PASSED);
-	return XDP_PASS;
+	return CT_PASS;
 }
 
-SEC("xdp")
-int conntrack_xdp(struct xdp_md *ctx)
+#ifdef CT_HOOK_TC
+/* ct_tc_headers returns how many bytes from the start of the skb the parse needs in its linear
+ * part: up to the end of the transport header (for ICMP, of CT_TC_ICMP_PULL more, the quoted
+ * packet), capped by len. It reads with bpf_skb_load_bytes, so it works on any skb; anything
+ * it does not recognise asks for nothing (the parse then passes the packet to the kernel). A
+ * global function: verified once, apart from the main program. */
+__attribute__((noinline)) int ct_tc_headers(struct __sk_buff *ctx, __u32 len)
+{
+	__u32 off = sizeof(struct ethhdr), need;
+	__be16 proto;
+	__u8 b[2];
+	int l4;
+
+	if (!ctx || bpf_skb_load_bytes(ctx, 12, &proto, sizeof(proto)) < 0)
+		return 0;
+	for (int i = 0; i < FP_VLAN_MAX; i++) {
+		if (proto != bpf_htons(ETH_P_8021Q) && proto != bpf_htons(ETH_P_8021AD))
+			break;
+		if (bpf_skb_load_bytes(ctx, off + 2, &proto, sizeof(proto)) < 0)
+			return 0;
+		off += sizeof(struct fp_vlan_hdr);
+	}
+	if (proto == bpf_htons(ETH_P_IP)) {
+		if (bpf_skb_load_bytes(ctx, off, b, 1) < 0 ||
+		    bpf_skb_load_bytes(ctx, off + 9, &b[1], 1) < 0)
+			return 0;
+		off += (b[0] & 0xf) * 4;
+		l4 = b[1];
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		if (bpf_skb_load_bytes(ctx, off + 6, b, 1) < 0)
+			return 0;
+		l4 = ct_ipv6_skip_ext(ctx, off + sizeof(struct ipv6hdr), b[0]);
+		if (l4 < 0)
+			return off + sizeof(struct ipv6hdr); /* the parse looks at no more */
+		off = (l4 >> 8) & 0xfff;
+		l4 &= 0xff;
+	} else {
+		return 0;
+	}
+	need = off;
+	if (l4 == IPPROTO_TCP) {
+		if (bpf_skb_load_bytes(ctx, off + 12, b, 1) < 0)
+			return len;
+		need += (b[0] >> 4) * 4 < sizeof(struct tcphdr) ? sizeof(struct tcphdr)
+								: (b[0] >> 4) * 4;
+	} else if (l4 == IPPROTO_UDP) {
+		need += sizeof(struct udphdr);
+	} else if (l4 == IPPROTO_ICMP || l4 == IPPROTO_ICMPV6_) {
+		need += 8 + CT_TC_ICMP_PULL;
+	}
+	return need < len ? need : len;
+}
+#endif
+
+SEC(CT_SEC)
+#ifdef CT_HOOK_TC
+int conntrack_tc(CT_CTX *ctx)
+#else
+int conntrack_xdp(CT_CTX *ctx)
+#endif
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct hdr_cursor c = {.pos = data, .end = data_end};
+	struct hdr_cursor c;
 	struct bpf_fib_lookup fib = {};
 	struct iphdr *iph = NULL;
 	struct ipv6hdr *ip6 = NULL;
@@ -1139,6 +1255,24 @@ int conntrack_xdp(struct xdp_md *ctx)
 	int eproto, l4, rc, looked = 0;
 	__u8 family;
 
+#ifdef CT_HOOK_TC
+	/* A GRO aggregate (or any skb built from pages) may hold less than the headers in its
+	 * linear part, the only part direct access reaches: pull them in first. */
+	if (data_end - data < ctx->len) {
+		int need = ct_tc_headers(ctx, ctx->len);
+
+		if (need > data_end - data) {
+			if (bpf_skb_pull_data(ctx, need) < 0)
+				return pass();
+			data = (void *)(long)ctx->data;
+			data_end = (void *)(long)ctx->data_end;
+		}
+	}
+	if (ctx->vlan_present)
+		return pass(); /* the tag is out of band: the kernel's job */
+#endif
+	c.pos = data;
+	c.end = data_end;
 	eproto = parse_ethhdr(&c, &eth);
 	if (eproto == bpf_htons(ETH_P_IP)) {
 		void *l3 = c.pos;
@@ -1148,7 +1282,7 @@ int conntrack_xdp(struct xdp_md *ctx)
 			return pass();
 		family = 4;
 		p.l3len = bpf_ntohs(iph->tot_len);
-		if (l3 + p.l3len > data_end || p.l3len < c.pos - l3)
+		if (ct_beyond(ctx, l3, p.l3len, data, data_end) || p.l3len < c.pos - l3)
 			return pass(); /* length beyond the frame: the kernel drops it */
 		src[0] = iph->saddr;
 		dst[0] = iph->daddr;
@@ -1166,7 +1300,7 @@ int conntrack_xdp(struct xdp_md *ctx)
 			return pass();
 		family = 6;
 		p.l3len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
-		if (l3 + p.l3len > data_end || p.l3len < c.pos - l3)
+		if (ct_beyond(ctx, l3, p.l3len, data, data_end) || p.l3len < c.pos - l3)
 			return pass(); /* beyond the frame, or a jumbogram */
 		__builtin_memcpy(src, &ip6->saddr, 16);
 		__builtin_memcpy(dst, &ip6->daddr, 16);
@@ -1191,13 +1325,21 @@ int conntrack_xdp(struct xdp_md *ctx)
 
 	if (track(ctx, &c, &p, family, l4, src, dst, l4off, now, main, looked) != V_ALLOW &&
 	    !track_only)
-		return XDP_DROP;
+		return CT_DROP;
 
+#ifdef CT_HOOK_TC
+	/* Only to the attached interfaces (ct_ifaces holds exactly them). bpf_redirect records
+	 * the target, acted on after return. */
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS || !bpf_map_lookup_elem(&ct_ifaces, &fib.ifindex))
+		return pass(); /* the kernel resolves the neighbour or sends it elsewhere */
+	bpf_redirect(fib.ifindex, 0);
+#else
 	/* bpf_redirect_map only records the target (acted on after return), so it doubles as the
 	 * devmap membership check before the packet is modified. */
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS ||
 	    bpf_redirect_map(&tx_ports, fib.ifindex, XDP_PASS) != XDP_REDIRECT)
 		return pass(); /* the kernel resolves the neighbour or sends it elsewhere */
+#endif
 	if (iph)
 		ip_decrease_ttl(iph);
 	else if (ip6)
@@ -1205,7 +1347,7 @@ int conntrack_xdp(struct xdp_md *ctx)
 	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
 	fp_count(&ct_stats, CT_STAT_FORWARDED);
-	return XDP_REDIRECT;
+	return CT_REDIRECT;
 }
 
 /* ct_sweep_key removes key's entry from ct_main (table 0) or ct_emb if it has expired by now.

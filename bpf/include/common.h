@@ -9,10 +9,11 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_core_read.h>
 
-#define TC_ACT_UNSPEC (-1)
-#define TC_ACT_OK     0
-#define TC_ACT_SHOT   2
-#define TC_ACT_STOLEN 4
+#define TC_ACT_UNSPEC	(-1)
+#define TC_ACT_OK	0
+#define TC_ACT_SHOT	2
+#define TC_ACT_STOLEN	4
+#define TC_ACT_REDIRECT 7
 
 #define ETH_P_IP     0x0800
 #define ETH_P_IPV6   0x86DD

@@ -27,8 +27,8 @@ func Command() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "conntrack",
 		Short: "XDP stateful connection-tracking forwarder (nf_conntrack semantics)",
-		Long: `conntrack forwards between interfaces in XDP and tracks every TCP, UDP and ICMP flow with
-nf_conntrack's semantics. New connections may come from inside interfaces (and, if configured,
+		Long: `conntrack forwards between interfaces in XDP (or, with run --hook tc, at tcx ingress) and
+tracks every TCP, UDP and ICMP flow with nf_conntrack's semantics. New connections may come from inside interfaces (and, if configured,
 to listed ports and prefixes from outside); packets of known connections pass both ways;
 everything else is dropped and counted. Each network namespace has its own instance, pinned
 under /sys/fs/bpf/flowplane/conntrack/ns<inode>; list, stats, flush, events and timeout act on
@@ -40,10 +40,10 @@ the instance of the namespace they run in.`,
 
 func runCmd() *cobra.Command {
 	var inside, outside, timeouts []string
-	var file, metrics, mode string
+	var file, metrics, mode, hook string
 	var liberal bool
 	cmd := &cobra.Command{
-		Use:   "run --inside IF --outside IF [--config FILE] [--metrics ADDR]",
+		Use:   "run --inside IF --outside IF [--hook xdp|tc] [--config FILE] [--metrics ADDR]",
 		Short: "attach to the interfaces and track until interrupted",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -54,6 +54,9 @@ func runCmd() *cobra.Command {
 			cfg.Inside, cfg.Outside = inside, outside
 			if cmd.Flags().Changed("mode") {
 				cfg.Mode = mode
+			}
+			if cmd.Flags().Changed("hook") {
+				cfg.Hook = hook
 			}
 			if cmd.Flags().Changed("liberal") {
 				cfg.Liberal = liberal
@@ -96,6 +99,7 @@ func runCmd() *cobra.Command {
 	f.StringVar(&file, "config", "", "YAML configuration file (docs/conntrack.md)")
 	f.StringVar(&metrics, "metrics", "", "serve Prometheus /metrics on this address (host:port)")
 	f.StringVar(&mode, "mode", "firewall", "firewall (drop refused packets) or track (only observe)")
+	f.StringVar(&hook, "hook", "xdp", "where to run: xdp (before the skb; fastest per packet) or tc (tcx ingress, after GRO; best on veth)")
 	f.BoolVar(&liberal, "liberal", false, "accept TCP segments outside the tracked window (nf's tcp_be_liberal)")
 	f.StringArrayVar(&timeouts, "timeout", nil, "override a timeout, e.g. tcp_established=1h (repeatable)")
 	return cmd

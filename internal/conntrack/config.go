@@ -46,6 +46,8 @@ type Config struct {
 	Outside []string `yaml:"-"`
 	// Mode is "firewall" (drop what the policy refuses) or "track" (observe only).
 	Mode string `yaml:"mode"`
+	// Hook is where the program runs: "xdp" (default) or "tc" (tcx ingress, after GRO).
+	Hook string `yaml:"hook"`
 	// Liberal accepts TCP segments outside the tracked window (nf's tcp_be_liberal).
 	Liberal bool `yaml:"liberal"`
 	// TCPLoose lets an ACK from inside pick up a connection whose handshake was not seen
@@ -92,6 +94,7 @@ type PortRule struct {
 // resolved is a validated Config, in the BPF program's terms.
 type resolved struct {
 	trackOnly bool
+	hook      string // HookXDP or HookTC
 	liberal   bool
 	loose     bool
 	timeouts  [len(ctCtConfig{}.Timeout)]uint32
@@ -150,6 +153,14 @@ func (c *Config) resolve() (*resolved, error) {
 		r.trackOnly = true
 	default:
 		return nil, fmt.Errorf("mode %q: want firewall or track", c.Mode)
+	}
+	switch c.Hook {
+	case "", HookXDP:
+		r.hook = HookXDP
+	case HookTC:
+		r.hook = HookTC
+	default:
+		return nil, fmt.Errorf("hook %q: want xdp or tc", c.Hook)
 	}
 	over := map[string]time.Duration{}
 	names := make([]string, 0, len(c.Timeouts))

@@ -39,9 +39,17 @@ func PinDir() (string, error) {
 	return pin.Path("conntrack", inst), nil
 }
 
+// Hooks a Datapath can attach to.
+const (
+	HookXDP = "xdp" // XDP: before the skb exists (driver mode, generic as a fallback)
+	HookTC  = "tc"  // tcx ingress: on the skb, after GRO
+)
+
 // Datapath is the loaded program and its maps.
 type Datapath struct {
-	objs  ctObjects
+	objs  ctObjects // maps and ct_sweep; ConntrackXdp only with the XDP hook
+	prog  *ebpf.Program
+	hook  string
 	dir   string
 	links []link.Link
 }
@@ -80,7 +88,12 @@ func LoadUnpinned(cfg *resolved) (*Datapath, error) {
 }
 
 func load(cfg *resolved, dir string, pinned bool) (*Datapath, error) {
-	spec, err := loadCt()
+	// Both builds of bpf/conntrack/conntrack.bpf.c have the same maps and variables.
+	load := loadCt
+	if cfg.hook == HookTC {
+		load = loadCtTc
+	}
+	spec, err := load()
 	if err != nil {
 		return nil, fmt.Errorf("load conntrack spec: %w", err)
 	}
@@ -116,8 +129,22 @@ func load(cfg *resolved, dir string, pinned bool) (*Datapath, error) {
 			opts.MapReplacements[n] = m
 		}
 	}
-	d := &Datapath{dir: dir}
-	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
+	d := &Datapath{dir: dir, hook: cfg.hook}
+	if cfg.hook == HookTC {
+		var tc ctTcObjects
+		err = spec.LoadAndAssign(&tc, opts)
+		if err == nil {
+			// The same fields, so the same code reads the tables whatever the hook.
+			d.objs.ctMaps = ctMaps(tc.ctTcMaps)
+			d.objs.ctVariables = ctVariables(tc.ctTcVariables)
+			d.objs.CtSweep = tc.CtSweep
+			d.prog = tc.ConntrackTc
+		}
+	} else {
+		err = spec.LoadAndAssign(&d.objs, opts)
+		d.prog = d.objs.ConntrackXdp
+	}
+	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("load conntrack program: %+v", ve)
@@ -148,8 +175,11 @@ func boolU32(b bool) uint32 {
 	return 0
 }
 
-// Program is the XDP program (tests run it with BPF_PROG_TEST_RUN).
-func (d *Datapath) Program() *ebpf.Program { return d.objs.ConntrackXdp }
+// Program is the forwarding program, XDP or TC (tests run it with BPF_PROG_TEST_RUN).
+func (d *Datapath) Program() *ebpf.Program { return d.prog }
+
+// Hook is HookXDP or HookTC.
+func (d *Datapath) Hook() string { return d.hook }
 
 // Tables returns the program's maps, with the sweep program.
 func (d *Datapath) Tables() *Tables {
@@ -195,17 +225,28 @@ func (d *Datapath) AddInterface(ifindex int, inside bool) error {
 	if err := d.objs.CtIfaces.Put(uint32(ifindex), role); err != nil {
 		return fmt.Errorf("set role of interface %d: %w", ifindex, err)
 	}
+	if d.hook == HookTC {
+		return nil // bpf_redirect checks ct_ifaces; the devmap is XDP's
+	}
 	if err := d.objs.TxPorts.Put(uint32(ifindex), uint32(ifindex)); err != nil {
 		return fmt.Errorf("add interface %d to the devmap: %w", ifindex, err)
 	}
 	return nil
 }
 
-// Attach gives ifc its role and attaches the program to it in native (driver) mode, falling
-// back to generic mode.
+// Attach gives ifc its role and attaches the program to it: XDP in native (driver) mode,
+// falling back to generic mode, or TC at tcx ingress.
 func (d *Datapath) Attach(ifc *net.Interface, inside bool) error {
 	if err := d.AddInterface(ifc.Index, inside); err != nil {
 		return err
+	}
+	if d.hook == HookTC {
+		l, err := link.AttachTCX(link.TCXOptions{Program: d.prog, Attach: ebpf.AttachTCXIngress, Interface: ifc.Index})
+		if err != nil {
+			return fmt.Errorf("attach tcx ingress to %s: %w", ifc.Name, err)
+		}
+		d.links = append(d.links, l)
+		return nil
 	}
 	l, err := link.AttachXDP(link.XDPOptions{Program: d.objs.ConntrackXdp, Interface: ifc.Index, Flags: link.XDPDriverMode})
 	if err != nil {
@@ -244,6 +285,9 @@ func (d *Datapath) Close() error {
 		errs = append(errs, l.Close())
 	}
 	d.links = nil
+	if d.hook == HookTC && d.prog != nil {
+		errs = append(errs, d.prog.Close()) // not in d.objs
+	}
 	errs = append(errs, d.objs.Close())
 	return errors.Join(errs...)
 }

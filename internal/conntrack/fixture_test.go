@@ -30,6 +30,9 @@ var (
 	outMAC = net.HardwareAddr{0x02, 0, 0, 0, 2, 0x10}
 )
 
+// fixtureHook is the hook of fixtures whose Config names none (TestTCHook switches it).
+var fixtureHook = HookXDP
+
 // fixture is a loaded, unattached datapath in a router namespace whose routes and neighbours
 // let bpf_fib_lookup succeed.
 type fixture struct {
@@ -45,6 +48,9 @@ func newFixture(t testing.TB, cfg *Config) *fixture {
 	testenv.Privileged(t)
 	if cfg == nil {
 		cfg = &Config{}
+	}
+	if cfg.Hook == "" {
+		cfg.Hook = fixtureHook
 	}
 	cfg.Inside, cfg.Outside = []string{"in"}, []string{"out"}
 	r, err := cfg.resolve()
@@ -112,14 +118,55 @@ type xdpMD struct {
 	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
 }
 
-// run runs the program on frame as if it arrived on ifindex; it returns the verdict and the
-// frame after the program.
+// skbMD is the head of struct __sk_buff, the context of a TC test run, up to ifindex (the
+// kernel zero-fills the rest; len and pkt_type must be zero).
+type skbMD struct {
+	Len, PktType, Mark, QueueMapping, Protocol, VlanPresent, VlanTCI, VlanProto, Priority uint32
+	IngressIfindex, Ifindex                                                               uint32
+}
+
+// TC verdicts (TC_ACT_*).
+const (
+	tcOK       = 0
+	tcShot     = 2
+	tcRedirect = 7
+)
+
+// xdpVerdict maps a TC verdict to the XDP verdict of the same meaning, so the scripted tests
+// hold for both hooks.
+func xdpVerdict(tc uint32) uint32 {
+	switch tc {
+	case tcOK:
+		return xdpPass
+	case tcShot:
+		return xdpDrop
+	case tcRedirect:
+		return xdpRedirect
+	}
+	return 1000 + tc // no XDP equivalent: fails any comparison
+}
+
+// run runs the program on frame as if it arrived on ifindex; it returns the verdict (as XDP's,
+// whatever the hook) and the frame after the program.
 func (f *fixture) run(frame []byte, ifindex int) (uint32, []byte) {
+	f.t.Helper()
+	ret, out := f.runRaw(frame, ifindex)
+	if f.d.Hook() == HookTC {
+		ret = xdpVerdict(ret)
+	}
+	return ret, out
+}
+
+// runRaw is run with the program's own verdict.
+func (f *fixture) runRaw(frame []byte, ifindex int) (uint32, []byte) {
 	f.t.Helper()
 	var ret uint32
 	out := make([]byte, len(frame)+256)
 	err := nsrun.Do(f.ns, func() error {
-		ctx := xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex)}
+		var ctx any = xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex)}
+		if f.d.Hook() == HookTC {
+			ctx = skbMD{IngressIfindex: uint32(ifindex), Ifindex: uint32(ifindex)}
+		}
 		opts := &ebpf.RunOptions{Data: frame, DataOut: out, Context: ctx}
 		var err error
 		ret, err = f.d.Program().Run(opts)

@@ -28,7 +28,11 @@ type ctLab struct {
 
 func newCtLab(t *testing.T, cfg *Config) *ctLab {
 	t.Helper()
-	l := labtest.Up(t, labtest.XDPRouter)
+	topo := labtest.XDPRouter
+	if cfg != nil && cfg.Hook == HookTC {
+		topo = labtest.HostRouterHost // tc needs nothing of the neighbours: default offloads
+	}
+	l := labtest.Up(t, topo)
 	c := &ctLab{t: t, l: l, h1: labtest.Addr(t, l, "h1", "4"), h2: labtest.Addr(t, l, "h2", "4"), cfg: cfg}
 	if c.cfg == nil {
 		c.cfg = &Config{}

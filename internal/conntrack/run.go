@@ -51,7 +51,7 @@ func run(ctx context.Context, cfg *resolved, inside, outside []*net.Interface, m
 	if cfg.trackOnly {
 		mode = "track"
 	}
-	slog.Info("conntrack running", "inside", names(inside), "outside", names(outside), "mode", mode, "pins", d.dir)
+	slog.Info("conntrack running", "inside", names(inside), "outside", names(outside), "mode", mode, "hook", d.Hook(), "pins", d.dir)
 	t := d.Tables()
 	if metricsAddr != "" {
 		reg := prometheus.NewRegistry()
