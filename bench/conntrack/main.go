@@ -303,12 +303,12 @@ func run(ctx context.Context) error {
 	}
 	rep.NsPerPkt, rep.NsPerPktNoop = float64(ns.Nanoseconds()), float64(base.Nanoseconds())
 	rep.Notes = []string{
-		"veth lab on one host: all three modes share the same CPUs with iperf3 itself",
+		"veth lab on one host: all modes share the same CPUs with iperf3 itself",
 		"hosts run with GRO on and tx checksum offload off in every mode (needed for XDP redirect into veth; r1 is marked xdp: true in the lab)",
 		"flowplane-tc: flowplane with --hook tc (tcx ingress) and GRO on both of r1's veths, as kernel-gro: the program runs on the skb after GRO and forwards the aggregates with bpf_redirect",
 		"kernel-gro: kernel forwarding with GRO on both of r1's veths (a veth's default is off, a NIC's on): r1 forwards GRO aggregates of up to 64 KB, one route lookup and one qdisc pass each; an XDP program runs before GRO and handles every segment",
 		"iperf3 client pinned to CPU 0 and server to CPU 1 in every mode (-A); ratios are medians of the ratios within each round",
-		"udp_64b_rx_pps: one UDP flow of 64-byte frames (60 + FCS), made established by one datagram each way, sent by xdpgen (BPF_PROG_TEST_RUN live frames, one thread, full speed) from h1 for 3 s; frames per second counted at h2 by an XDP sink (count and drop) over the middle 2 s; the same in all three modes",
+		"udp_64b_rx_pps: one UDP flow of 64-byte frames (60 + FCS), made established by one datagram each way, sent by xdpgen (BPF_PROG_TEST_RUN live frames, one thread, full speed) from h1 for 3 s; frames per second counted at h2 by an XDP sink (count and drop) over the middle 2 s; the same in all modes",
 		"udp_64b_offered_pps: frames the generator put into h1's veth per second, over the same window; on veth the receiving side's NAPI (r1, then h2) runs on the sender's CPU, so the offered rate falls with the router's cost: both rates measure the whole path on one CPU",
 		"r1's inside veth gets GRO on during the 64-byte test in every mode: frames XDP-redirected into a veth reach the peer only through its NAPI (flowplane's XDP program provides one anyway)",
 		"syn_flood: flowplane only, default tables; xdpgen SYNs from h1, rotating 60,000 source ports x 4 spoofed source addresses of h1's subnet, first 81,920 at full speed (fill), then at a fixed rate; dropped at h2 by an XDP sink so nothing answers; control: the same generator, fill, rate and sink with one fixed tuple (every SYN a retransmission for one entry): the same CPU spent on generating, forwarding and sinking, without table churn; ratios paired per round",
