@@ -344,9 +344,9 @@ func (b *bench) setMode(ctx context.Context, mode string) (func(), error) {
 	case "kernel":
 		return func() {}, nil
 	case "kernel-gro":
-		return b.groBoth(ctx)
+		return b.gro(ctx, b.dev["r1:in"], b.dev["r1:out"])
 	case "flowplane-tc":
-		undo, err := b.groBoth(ctx)
+		undo, err := b.gro(ctx, b.dev["r1:in"], b.dev["r1:out"])
 		if err != nil {
 			return nil, err
 		}
@@ -373,26 +373,6 @@ func (b *bench) setMode(ctx context.Context, mode string) (func(), error) {
 		return b.startFlowplane(&conntrack.Config{})
 	}
 	return nil, fmt.Errorf("unknown mode %s", mode)
-}
-
-// groBoth switches GRO on on both of r1's veths and returns how to switch it off again.
-func (b *bench) groBoth(ctx context.Context) (func(), error) {
-	var on []string
-	undo := func() {
-		for _, dev := range on {
-			if out, err := b.cmd(context.Background(), "r1", "ethtool", "-K", dev, "gro", "off"); err != nil {
-				slog.Warn("ethtool gro off", "dev", dev, "err", err, "out", out)
-			}
-		}
-	}
-	for _, dev := range []string{b.dev["r1:in"], b.dev["r1:out"]} {
-		if out, err := b.cmd(ctx, "r1", "ethtool", "-K", dev, "gro", "on"); err != nil {
-			undo()
-			return nil, fmt.Errorf("ethtool -K %s gro on: %v: %s", dev, err, out)
-		}
-		on = append(on, dev)
-	}
-	return undo, nil
 }
 
 func (b *bench) startFlowplane(cfg *conntrack.Config) (func(), error) {
@@ -510,26 +490,33 @@ func (b *bench) frame(src netip.Addr) *packet.Builder {
 	return packet.IP(src.String(), b.h2.String()).MAC(b.h1MAC, b.r1InMAC)
 }
 
-// gro switches GRO on r1's inside veth and returns how to put the old setting back. A frame
-// XDP-redirected into h1's veth reaches r1 only through that veth's NAPI, which an XDP program
-// on it (flowplane's) or GRO turns on; without either the kernel drops it silently.
-func (b *bench) gro(ctx context.Context) (func(), error) {
-	dev := b.dev["r1:in"]
-	out, err := b.cmd(ctx, "r1", "ethtool", "-k", dev)
-	if err != nil {
-		return nil, fmt.Errorf("ethtool -k %s: %v: %s", dev, err, out)
-	}
-	if strings.Contains(out, "generic-receive-offload: on") {
-		return func() {}, nil
-	}
-	if out, err := b.cmd(ctx, "r1", "ethtool", "-K", dev, "gro", "on"); err != nil {
-		return nil, fmt.Errorf("ethtool -K %s gro on: %v: %s", dev, err, out)
-	}
-	return func() {
-		if out, err := b.cmd(context.Background(), "r1", "ethtool", "-K", dev, "gro", "off"); err != nil {
-			slog.Warn("ethtool gro off", "dev", dev, "err", err, "out", out)
+// gro switches GRO on for those of r1's veths devs that have it off and returns how to put
+// them back. GRO gives a veth its NAPI, through which alone a frame XDP-redirected into its
+// peer is received (an XDP program on it gives one too), and makes r1 forward aggregates.
+func (b *bench) gro(ctx context.Context, devs ...string) (func(), error) {
+	var on []string
+	undo := func() {
+		for _, dev := range on {
+			if out, err := b.cmd(context.Background(), "r1", "ethtool", "-K", dev, "gro", "off"); err != nil {
+				slog.Warn("ethtool gro off", "dev", dev, "err", err, "out", out)
+			}
 		}
-	}, nil
+	}
+	for _, dev := range devs {
+		out, err := b.cmd(ctx, "r1", "ethtool", "-k", dev)
+		if err == nil && strings.Contains(out, "generic-receive-offload: on") {
+			continue
+		}
+		if err == nil {
+			out, err = b.cmd(ctx, "r1", "ethtool", "-K", dev, "gro", "on")
+		}
+		if err != nil {
+			undo()
+			return nil, fmt.Errorf("ethtool %s: %v: %s", dev, err, out)
+		}
+		on = append(on, dev)
+	}
+	return undo, nil
 }
 
 // sink attaches xdpgen's counting sink to h2's veth for TCP or UDP to port.
@@ -577,7 +564,7 @@ func (b *bench) udpHello() error {
 // both over udpWindow in the middle of the run (the generator's count lags by up to one kernel
 // call, ~20 ms, at both ends of the window).
 func (b *bench) udp64(ctx context.Context) (forwarded, offered float64, err error) {
-	restore, err := b.gro(ctx)
+	restore, err := b.gro(ctx, b.dev["r1:in"])
 	if err != nil {
 		return 0, 0, err
 	}

@@ -526,7 +526,7 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 		    after(sack, receiver->td_end - maxack - 1) && overshot <= receiver->td_maxwin &&
 		    before(sack, receiver->td_end + 1)) {
 			seq_max(&sender->td_end, end);
-			return WIN_ACCEPT;
+			return be_liberal ? WIN_ACCEPT : WIN_IGNORE; /* passed, nothing else updated */
 		}
 		return be_liberal ? WIN_ACCEPT : WIN_INVALID;
 	}
@@ -1091,26 +1091,15 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 	return V_ALLOW;
 }
 
-/* ct_len_ok: the cached route's MTU check covers this packet. len_ok is an L3 length that
- * passed (XDP: the checked packet's; TC: the egress MTU). A GSO skb is forwardable whatever its
- * length (the kernel's is_skb_forwardable). */
-static __always_inline int ct_len_ok(CT_CTX *ctx, struct pkt *p, struct ct_route *r)
-{
-#ifdef CT_HOOK_TC
-	if (ctx->gso_size)
-		return 1;
-#endif
-	return p->l3len <= r->len_ok;
-}
-
 /* route_lookup is bpf_fib_lookup with a per-connection cache: a confirmed TCP or UDP connection
  * reuses, for a second, the result of its last lookup in the same direction from the same
- * ingress for a packet at least as long (the MTU check). It fills fib and returns the lookup's
- * result. c points at the transport header. For TCP and UDP it builds p->key, sets *looked and
- * leaves the key's ct_main entry (live or not, NULL if none) in *mainp for track. */
+ * ingress for a packet at least as long (the MTU check). mtulen is the L3 length the route's
+ * MTU applies to: the packet's, or one segment's of a GSO skb. It fills fib and returns the
+ * lookup's result. c points at the transport header. For TCP and UDP it builds p->key, sets
+ * *looked and leaves the key's ct_main entry (live or not, NULL if none) in *mainp for track. */
 static __always_inline int route_lookup(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *p,
 					struct bpf_fib_lookup *fib, __u8 family, int l4proto,
-					const __u32 *src, const __u32 *dst, __u64 now,
+					const __u32 *src, const __u32 *dst, __u32 mtulen, __u64 now,
 					struct ct_entry **mainp, int *looked)
 {
 	struct ct_route *r = NULL;
@@ -1126,7 +1115,7 @@ static __always_inline int route_lookup(CT_CTX *ctx, struct hdr_cursor *c, struc
 		if (e && e->expires > now) {
 			r = &e->route[(p->fwd == !!(e->status & CT_F_ORIG_LO) ? 0 : 1) & 1];
 			if (r->checked && now - r->checked <= ROUTE_CACHE_NS &&
-			    r->ingress == CT_INGRESS(ctx) && ct_len_ok(ctx, p, r)) {
+			    r->ingress == CT_INGRESS(ctx) && mtulen <= r->len_ok) {
 				fib->ifindex = r->ifindex;
 				__builtin_memcpy(fib->smac, r->smac, ETH_ALEN);
 				__builtin_memcpy(fib->dmac, r->dmac, ETH_ALEN);
@@ -1135,26 +1124,14 @@ static __always_inline int route_lookup(CT_CTX *ctx, struct hdr_cursor *c, struc
 		}
 	}
 	fib->l4_protocol = l4proto;
-#ifdef CT_HOOK_TC
-	/* tot_len 0: the kernel checks the skb against the egress MTU GSO-aware (a GRO aggregate
-	 * is longer than the MTU but forwardable) and returns that MTU in mtu_result. */
-	fib->tot_len = 0;
-#else
-	fib->tot_len = p->l3len;
-#endif
+	fib->tot_len = mtulen; /* checked against the route's MTU, as ip_forward does */
 	fib->ifindex = CT_INGRESS(ctx);
 	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS && r) {
 		/* Concurrent writers store the same lookup's result. */
 		r->ifindex = fib->ifindex;
 		r->ingress = CT_INGRESS(ctx);
-#ifdef CT_HOOK_TC
-		/* Any packet up to the egress MTU passes its check (GSO ones whatever their
-		 * length). */
-		r->len_ok = fib->mtu_result > 0xffff ? 0xffff : fib->mtu_result;
-#else
-		r->len_ok = p->l3len;
-#endif
+		r->len_ok = mtulen;
 		__builtin_memcpy(r->smac, fib->smac, ETH_ALEN);
 		__builtin_memcpy(r->dmac, fib->dmac, ETH_ALEN);
 		r->checked = now;
@@ -1172,6 +1149,28 @@ static __always_inline int ct_beyond(CT_CTX *ctx, void *l3, __u32 l3len, void *d
 	return l3 + l3len > data_end;
 #endif
 }
+
+#ifdef CT_HOOK_TC
+/* ct_tc_seglen is the L3 length of one segment of a GSO skb (a GRO aggregate): its L3 and
+ * transport headers and gso segment bytes, what the route's MTU applies to (the kernel's
+ * skb_gso_validate_network_len); 0 if it cannot tell. l4at is the transport header's offset in
+ * the skb, l4off its offset from the L3 header. A global function: its branches cost the main
+ * program no verifier states. (gso is passed in: read here, the compiler may form a pointer
+ * into the context, which the verifier refuses.) */
+__attribute__((noinline)) int ct_tc_seglen(struct __sk_buff *ctx, __u32 l4at, __u32 l4off, int l4,
+					   __u32 gso)
+{
+	__u8 doff;
+
+	if (!ctx || l4off > 0xffff || gso > 0xffff)
+		return 0;
+	if (l4 == IPPROTO_UDP)
+		return l4off + sizeof(struct udphdr) + gso;
+	if (l4 != IPPROTO_TCP || bpf_skb_load_bytes(ctx, l4at + 12, &doff, 1) < 0)
+		return 0;
+	return l4off + (doff >> 4) * 4 + gso;
+}
+#endif
 
 static __always_inline int pass(void)
 {
@@ -1251,7 +1250,7 @@ int conntrack_xdp(CT_CTX *ctx)
 	struct pkt p = {};
 	__u32 src[4] = {}, dst[4] = {};
 	__u64 now;
-	__u32 l4off;
+	__u32 l4off, mtulen;
 	int eproto, l4, rc, looked = 0;
 	__u8 family;
 
@@ -1318,8 +1317,16 @@ int conntrack_xdp(CT_CTX *ctx)
 	if (l4off > 0xffff)
 		return pass();
 
+	mtulen = p.l3len;
+#ifdef CT_HOOK_TC
+	if (ctx->gso_size) {
+		mtulen = ct_tc_seglen(ctx, c.pos - data, l4off, l4, ctx->gso_size);
+		if (!mtulen)
+			return pass();
+	}
+#endif
 	now = ct_now();
-	rc = route_lookup(ctx, &c, &p, &fib, family, l4, src, dst, now, &main, &looked);
+	rc = route_lookup(ctx, &c, &p, &fib, family, l4, src, dst, mtulen, now, &main, &looked);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return pass(); /* for this host, unroutable, too big, ...: the kernel's job */
 

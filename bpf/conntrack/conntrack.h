@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* conntrack.h: the structures the conntrack XDP program shares with Go (bpf2go -type). Fields
+/* conntrack.h: the structures the conntrack programs (XDP and tc) share with Go (bpf2go -type). Fields
  * are ordered largest first so both sides agree on the layout without padding surprises. */
 #ifndef FLOWPLANE_CONNTRACK_H
 #define FLOWPLANE_CONNTRACK_H
@@ -35,7 +35,7 @@ enum ct_stat {
 	CT_STAT_NEW,	       /* connection created */
 	CT_STAT_ESTABLISHED,   /* connection confirmed: first valid reply */
 	CT_STAT_RELATED,       /* ICMP error matching a tracked connection */
-	CT_STAT_FORWARDED,     /* packets redirected by XDP */
+	CT_STAT_FORWARDED,     /* packets redirected (XDP or tc) */
 	CT_STAT_PASSED,	       /* packets handed to the kernel (not trackable, no neighbour, ...) */
 	CT_STAT_POLICY_DROP,   /* new connection not allowed by policy */
 	CT_STAT_TABLE_FULL,    /* confirmed table full: connection refused */

@@ -1,7 +1,10 @@
 package conntrack
 
 import (
+	"fmt"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/flowplane/flowplane/internal/kernel"
 )
@@ -20,6 +23,21 @@ func jiffyClock() (jiffyNs, base uint64, err error) {
 		return 0, 0, err
 	}
 	return uint64(time.Second) / uint64(hz), uint64(uint32(-300 * int32(hz))), nil
+}
+
+// setClock gives a conntrack program spec the clock's constants.
+func setClock(spec *ebpf.CollectionSpec) error {
+	jns, base, err := jiffyClock()
+	if err != nil {
+		return err
+	}
+	if err := spec.Variables["jiffy_ns"].Set(jns); err != nil {
+		return fmt.Errorf("set jiffy length: %w", err)
+	}
+	if err := spec.Variables["jiffies_base"].Set(base); err != nil {
+		return fmt.Errorf("set jiffies at boot: %w", err)
+	}
+	return nil
 }
 
 // clockNow is the entries' clock now: what the program's ct_now returns.

@@ -100,15 +100,8 @@ func load(cfg *resolved, dir string, pinned bool) (*Datapath, error) {
 	if err := spec.Variables["track_only"].Set(boolU32(cfg.trackOnly)); err != nil {
 		return nil, fmt.Errorf("set mode: %w", err)
 	}
-	jns, base, err := jiffyClock()
-	if err != nil {
+	if err := setClock(spec); err != nil {
 		return nil, err
-	}
-	if err := spec.Variables["jiffy_ns"].Set(jns); err != nil {
-		return nil, fmt.Errorf("set jiffy length: %w", err)
-	}
-	if err := spec.Variables["jiffies_base"].Set(base); err != nil {
-		return nil, fmt.Errorf("set jiffies at boot: %w", err)
 	}
 	spec.Maps["ct_main"].MaxEntries = cfg.confirmed
 	spec.Maps["ct_emb"].MaxEntries = cfg.embryonic

@@ -67,15 +67,8 @@ func (t *Tables) sweeper() (*ebpf.Program, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load conntrack spec: %w", err)
 	}
-	jns, base, err := jiffyClock()
-	if err != nil {
+	if err := setClock(spec); err != nil {
 		return nil, err
-	}
-	if err := spec.Variables["jiffy_ns"].Set(jns); err != nil {
-		return nil, fmt.Errorf("set jiffy length: %w", err)
-	}
-	if err := spec.Variables["jiffies_base"].Set(base); err != nil {
-		return nil, fmt.Errorf("set jiffies at boot: %w", err)
 	}
 	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
 	for n, m := range map[string]*ebpf.Map{"ct_main": t.Main, "ct_emb": t.Emb, "ct_stats": t.Stats, "ct_events": t.Events} {

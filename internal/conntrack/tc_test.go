@@ -77,7 +77,7 @@ func TestTCHook(t *testing.T) {
 // TestTCVerdicts checks the TC program's own verdicts and output bytes: a handshake redirected
 // (TC_ACT_REDIRECT) with the MACs rewritten and the TTL decremented, an out-of-window segment
 // and an unsolicited outside SYN dropped (TC_ACT_SHOT), and the route cache keeping the
-// egress MTU (the TC lookup checks the skb against it, GSO-aware).
+// length whose MTU check passed, as in XDP.
 func TestTCVerdicts(t *testing.T) {
 	mustRun(t)
 	f := newFixture(t, &Config{Hook: HookTC})
@@ -144,9 +144,10 @@ func TestTCVerdicts(t *testing.T) {
 	if c := f.counters(); c["forwarded"] != 6 || c["policy_drop"] != 1 || c["invalid_window"] != 1 {
 		t.Errorf("counters %v", c)
 	}
+	// The cache holds the length whose MTU check passed: the reply's, 40 bytes (IPv4 + TCP).
 	r := f.entries()[0].raw.Route[1]
-	if r.Checked == 0 || int(r.Ifindex) != f.in.Index || r.LenOk != 1500 {
-		t.Errorf("reply route cache %+v, want egress %d with the MTU (1500) as len_ok", r, f.in.Index)
+	if r.Checked == 0 || int(r.Ifindex) != f.in.Index || r.LenOk != 40 {
+		t.Errorf("reply route cache %+v, want egress %d with 40 as len_ok", r, f.in.Index)
 	}
 	// Longer than the MTU and not GSO: the lookup refuses it (FRAG_NEEDED) and the kernel
 	// answers; the cached route must not let it through.

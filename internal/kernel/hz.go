@@ -27,8 +27,9 @@ var hz = sync.OnceValues(func() (int, error) {
 	return c, nil
 })
 
-// HZ is CONFIG_HZ, the jiffy rate, from /boot/config-$(uname -r) or /proc/config.gz: the same
-// source a BPF program's `extern int CONFIG_HZ __kconfig` is filled from. Where neither file
+// HZ is CONFIG_HZ, the jiffy rate, from /boot/config-$(uname -r) or /proc/config.gz (where a BPF
+// program's `extern int CONFIG_HZ __kconfig` would come from; flowplane's programs get it from
+// here as a load-time constant instead). Where neither file
 // exists (containers often have none), it is calibrated: jiffies counted against
 // CLOCK_MONOTONIC, rounded to a value CONFIG_HZ can take (CalibrateHZ).
 func HZ() (int, error) { return hz() }

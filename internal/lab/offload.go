@@ -27,7 +27,7 @@ type ifreqData struct {
 	_    [16]byte // the rest of the union
 }
 
-// prepareXDPPeer sets up dev, the interface at the other end of a link from a node that
+// prepareXDPPeer sets up ifname, the interface at the other end of a link from a node that
 // forwards with XDP redirects (topo.Node.XDP). A frame redirected into a veth reaches its peer
 // only through the peer's NAPI, which GRO provides; and a redirected frame has lost the skb's
 // checksum state, so its sender must write complete checksums instead of leaving them to an
