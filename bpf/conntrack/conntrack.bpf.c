@@ -526,7 +526,8 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 		    after(sack, receiver->td_end - maxack - 1) && overshot <= receiver->td_maxwin &&
 		    before(sack, receiver->td_end + 1)) {
 			seq_max(&sender->td_end, end);
-			return be_liberal ? WIN_ACCEPT : WIN_IGNORE; /* passed, nothing else updated */
+			return be_liberal ? WIN_ACCEPT
+					  : WIN_IGNORE; /* passed, nothing else updated */
 		}
 		return be_liberal ? WIN_ACCEPT : WIN_INVALID;
 	}

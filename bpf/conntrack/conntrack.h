@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* conntrack.h: the structures the conntrack programs (XDP and tc) share with Go (bpf2go -type). Fields
- * are ordered largest first so both sides agree on the layout without padding surprises. */
+/* conntrack.h: the structures the conntrack programs (XDP and tc) share with Go (bpf2go -type).
+ * Fields are ordered largest first so both sides agree on the layout without padding surprises. */
 #ifndef FLOWPLANE_CONNTRACK_H
 #define FLOWPLANE_CONNTRACK_H
 
