@@ -30,10 +30,9 @@ func Command() *cobra.Command {
 		Long: `conntrack forwards between interfaces in XDP (or, with run --hook tc, at tcx ingress)
 and tracks every TCP, UDP and ICMP flow with nf_conntrack's semantics. New connections may
 come from inside interfaces (and, if configured, to listed ports and prefixes from outside);
-packets of known connections pass both ways;
-everything else is dropped and counted. Each network namespace has its own instance, pinned
-under /sys/fs/bpf/flowplane/conntrack/ns<inode>; list, stats, flush, events and timeout act on
-the instance of the namespace they run in.`,
+packets of known connections pass both ways; everything else is dropped and counted. Each
+network namespace has its own instance, pinned under /sys/fs/bpf/flowplane/conntrack/ns<inode>;
+list, stats, flush, events and timeout act on the instance of the namespace they run in.`,
 	}
 	cmd.AddCommand(runCmd(), listCmd(), flushCmd(), statsCmd(), eventsCmd(), timeoutCmd(), unpinCmd())
 	return cmd
