@@ -1,11 +1,10 @@
 // Package rpc is a small RPC load generator for the tune benchmark and tests: a server that
-// answers framed requests (or sinks a stream), and clients that run back-to-back RPCs on new
-// connections, a streaming flow, or connect/close loops, reporting JSON. It runs as a child
+// answers framed requests (or sinks a stream), clients that run back-to-back RPCs on new
+// connections and a streaming flow, and a connection setup loop, reporting JSON. It runs as a child
 // process (Main) so it can be started inside a lab namespace and a tuned cgroup.
 package rpc
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -14,10 +13,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sort"
 	"sync"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // sink as the response size turns a connection into a discard stream.
@@ -112,11 +113,11 @@ type Class struct {
 // Result is one client process's report.
 type Result struct {
 	Seconds float64 `json:"seconds"`
-	Large   Class   `json:"large"`  // back-to-back large RPCs
-	Small   Class   `json:"small"`  // back-to-back small RPCs
-	Stream  Class   `json:"stream"` // the streaming flow
-	Connect Class   `json:"connect"`
-	CPUNs   int64   `json:"cpu_ns,omitempty"` // slices: user+system time of the process during the slice
+	Large   Class   `json:"large"`            // back-to-back large RPCs
+	Small   Class   `json:"small"`            // back-to-back small RPCs
+	Stream  Class   `json:"stream"`           // the streaming flow
+	Connect Class   `json:"connect"`          // connections set up (SetupLoop)
+	CPUNs   int64   `json:"cpu_ns,omitempty"` // SetupLoop: the loop thread's user+system time
 }
 
 // Percentile returns the p-th percentile (0-100) of sorted latencies, nearest rank.
@@ -205,85 +206,75 @@ func Mix(addr string, x, smallLoops, large, small int, stream bool, smallGap, d 
 	return res
 }
 
-// ConnectLoop opens and closes connections to addr for d with one goroutine per worker.
-func ConnectLoop(addr string, workers int, d time.Duration) Result {
+// SetupLoop measures connection setup alone, as the kernel does it: for d, one thread opens a
+// connection to a listener of its own on 127.0.0.1, accepts it, and closes both ends (with
+// SO_LINGER 0, so nothing piles up in TIME_WAIT). Nothing else runs per connection: no
+// scheduler wake-ups (on loopback the handshake completes inside connect), no runtime poller.
+// It reports the connections, the wall time and the thread's CPU time (softirq work the loop
+// causes runs on, and is charged to, this thread; steal is not).
+func SetupLoop(d time.Duration) (Result, error) {
 	var res Result
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	deadline := time.Now().Add(d)
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n, e := 0, 0
-			for time.Now().Before(deadline) {
-				c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-				if err != nil {
-					e++
-					continue
-				}
-				if tc, ok := c.(*net.TCPConn); ok {
-					_ = tc.SetLinger(0) // RST: no TIME_WAIT pile-up across the run
-				}
-				c.Close()
-				n++
-			}
-			mu.Lock()
-			res.Connect.Calls += n
-			res.Connect.Errors += e
-			mu.Unlock()
-		}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return res, fmt.Errorf("listen socket: %w", err)
+	}
+	defer unix.Close(ln)
+	sa := &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}
+	if err := unix.Bind(ln, sa); err != nil {
+		return res, fmt.Errorf("bind 127.0.0.1: %w", err)
+	}
+	if err := unix.Listen(ln, 128); err != nil {
+		return res, fmt.Errorf("listen: %w", err)
+	}
+	name, err := unix.Getsockname(ln)
+	if err != nil {
+		return res, err
+	}
+	sa.Port = name.(*unix.SockaddrInet4).Port
+	one := func() error {
+		c, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(c)
+		if err := unix.SetsockoptLinger(c, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1}); err != nil {
+			return err
+		}
+		if err := unix.Connect(c, sa); err != nil {
+			return err
+		}
+		a, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC)
+		if err != nil {
+			return err
+		}
+		return unix.Close(a)
+	}
+	var before, after unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_THREAD, &before); err != nil {
+		return res, err
 	}
 	start := time.Now()
-	wg.Wait()
+	for time.Since(start) < d {
+		if err := one(); err != nil {
+			return res, fmt.Errorf("connection %d: %w", res.Connect.Calls+1, err)
+		}
+		res.Connect.Calls++
+	}
 	res.Seconds = time.Since(start).Seconds()
-	return res
-}
-
-// Slices runs one connect loop (one worker) per line read from in, for the duration the line
-// gives, and writes each slice's Result (with the process's CPU time during it) as a line of
-// JSON to out; it returns at the end of in. A benchmark keeps one such process per setting
-// resident and runs their slices one at a time.
-func Slices(addr string, in io.Reader, out io.Writer) error {
-	sc := bufio.NewScanner(in)
-	enc := json.NewEncoder(out)
-	for sc.Scan() {
-		d, err := time.ParseDuration(sc.Text())
-		if err != nil {
-			return err
-		}
-		before, err := cpuTime()
-		if err != nil {
-			return err
-		}
-		res := ConnectLoop(addr, 1, d)
-		after, err := cpuTime()
-		if err != nil {
-			return err
-		}
-		res.CPUNs = after - before
-		if err := enc.Encode(res); err != nil {
-			return err
-		}
+	if err := unix.Getrusage(unix.RUSAGE_THREAD, &after); err != nil {
+		return res, err
 	}
-	return sc.Err()
+	res.CPUNs = after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano()
+	return res, nil
 }
 
-// cpuTime is the process's user+system time in nanoseconds.
-func cpuTime() (int64, error) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, err
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano(), nil
-}
-
-// Main runs the load generator as a command: rpc server ADDR | rpc mix … | rpc connect … |
-// rpc slices … (durations on stdin).
+// Main runs the load generator as a command: rpc server ADDR | rpc mix … | rpc setup -d D.
 // It prints a Result as JSON for the client modes.
 func Main(args []string) error {
 	if len(args) == 0 {
-		return errors.New("rpc: want server, mix, connect or slices")
+		return errors.New("rpc: want server, mix or setup")
 	}
 	fs := flag.NewFlagSet("rpc "+args[0], flag.ContinueOnError)
 	addr := fs.String("addr", "", "server address host:port")
@@ -294,7 +285,6 @@ func Main(args []string) error {
 	stream := fs.Bool("stream", true, "run one streaming flow")
 	dur := fs.Duration("d", 5*time.Second, "duration")
 	smallGap := fs.Duration("small-gap", 0, "interval between small RPC starts per loop (0: back-to-back)")
-	workers := fs.Int("workers", 1, "connect loop workers")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -308,10 +298,12 @@ func Main(args []string) error {
 		return Serve(ln)
 	case "mix":
 		return json.NewEncoder(os.Stdout).Encode(Mix(*addr, *x, *smallLoops, *large, *small, *stream, *smallGap, *dur))
-	case "connect":
-		return json.NewEncoder(os.Stdout).Encode(ConnectLoop(*addr, *workers, *dur))
-	case "slices":
-		return Slices(*addr, os.Stdin, os.Stdout)
+	case "setup":
+		res, err := SetupLoop(*dur)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(os.Stdout).Encode(res)
 	}
 	return fmt.Errorf("rpc: unknown mode %q", args[0])
 }
