@@ -45,10 +45,13 @@ func TestCallAndServe(t *testing.T) {
 	}
 }
 
-// TestSetupLoop runs the setup loop for a moment: connections, wall and CPU time.
+// TestSetupLoop runs the setup loop for a moment inside a fresh namespace: connections, wall
+// and CPU time.
 func TestSetupLoop(t *testing.T) {
-	r, err := SetupLoop(50 * time.Millisecond)
-	if err != nil {
+	testenv.Privileged(t)
+	ns := testenv.Netns(t)
+	var r Result
+	if err := nsrun.Do(ns, func() (err error) { r, err = SetupLoop(50 * time.Millisecond); return err }); err != nil {
 		t.Fatal(err)
 	}
 	if r.Connect.Calls == 0 || r.Seconds < 0.05 || r.CPUNs <= 0 {
