@@ -327,9 +327,12 @@ static __always_inline struct tune_profile *match(const struct flow *f, __u32 ge
 		remote = local;
 	if (!local)
 		local = remote;
+	/* an empty set on either side: no rule contains the address, nothing to scan */
+	if (remote->first < 0 || local->first < 0)
+		return NULL;
 	n = remote->first;
 	r = NULL;
-	if (n >= 0 && n == local->first) {
+	if (n == local->first) {
 		key = g * TUNE_MAX_RULES + (n & (TUNE_MAX_RULES - 1));
 		r = bpf_map_lookup_elem(&tune_rules, &key);
 		if (r && !rule_selects(r, f))
