@@ -33,21 +33,12 @@ import (
 	"github.com/flowplane/flowplane/bench/report"
 	"github.com/flowplane/flowplane/internal/conntrack"
 	"github.com/flowplane/flowplane/internal/lab"
+	"github.com/flowplane/flowplane/internal/lab/labtest"
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/packet"
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/xdpgen"
 )
-
-const topology = `
-nodes:
-  h1: {}
-  r1: {kind: router, xdp: true}
-  h2: {}
-links:
-  - endpoints: [h1, r1]
-  - endpoints: [r1, h2]
-`
 
 const nftRules = `table inet fpctbench {
 	chain fpfwd {
@@ -200,11 +191,11 @@ func run(ctx context.Context) error {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	name := "cb" + hex.EncodeToString(b)
-	top, err := lab.Parse("bench-conntrack.yaml", []byte(topology), name)
+	top, err := lab.Parse("bench-conntrack.yaml", []byte(labtest.XDPRouter), name)
 	if err != nil {
 		return err
 	}
-	l, err := lab.Up("bench-conntrack.yaml", []byte(topology), top)
+	l, err := lab.Up("bench-conntrack.yaml", []byte(labtest.XDPRouter), top)
 	if err != nil {
 		return fmt.Errorf("lab up: %w", err)
 	}
