@@ -349,6 +349,18 @@ func (b *bench) connSetup(c config, kern tune.Kernel, floor *ebpf.Program) (*rep
 		}
 		cmds := map[string]*lab.NodeCmd{}
 		outs := map[string]*bytes.Buffer{}
+		defer func() {
+			for _, fd := range b.fds {
+				_ = fd.Close()
+			}
+			b.fds = nil
+			for _, cmd := range cmds { // loops left running by an error
+				if cmd.ProcessState == nil {
+					_ = cmd.Process.Kill()
+					_ = cmd.Wait()
+				}
+			}
+		}()
 		for _, arm := range connArms {
 			cmd, err := b.pinned(b.cgs[arm], cpu, "rpc", "setup", "-d", d.String())
 			if err != nil {
@@ -361,10 +373,6 @@ func (b *bench) connSetup(c config, kern tune.Kernel, floor *ebpf.Program) (*rep
 			}
 			cmds[arm] = cmd
 		}
-		for _, fd := range b.fds {
-			_ = fd.Close()
-		}
-		b.fds = nil
 		var rounds []connRound
 		for _, arm := range connArms {
 			if err := cmds[arm].Wait(); err != nil {
@@ -420,7 +428,7 @@ func (b *bench) pinned(cgroup, cpu string, args ...string) (*lab.NodeCmd, error)
 	if err != nil {
 		return nil, err
 	}
-	// IntoCgroup's descriptor must stay open until Start (connSetup closes them after).
+	// IntoCgroup's descriptor must stay open until Start (connSetup closes them after each round).
 	b.fds = append(b.fds, fd)
 	cmd.Stderr = os.Stderr
 	return cmd, nil

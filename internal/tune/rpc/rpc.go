@@ -1,7 +1,7 @@
 // Package rpc is a small RPC load generator for the tune benchmark and tests: a server that
 // answers framed requests (or sinks a stream), clients that run back-to-back RPCs on new
-// connections and a streaming flow, and a connection setup loop, reporting JSON. It runs as a child
-// process (Main) so it can be started inside a lab namespace and a tuned cgroup.
+// connections and a streaming flow, and a connection setup loop, reporting JSON. It runs as a
+// child process (Main) so it can be started inside a lab namespace and a tuned cgroup.
 package rpc
 
 import (
