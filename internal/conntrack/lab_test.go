@@ -137,6 +137,13 @@ func find(es []Entry, proto, src string, sport, dport uint16) *Entry {
 	return nil
 }
 
+// pingThrough pings h2 from h1 through r1 over IPv4 and IPv6 (echo replies pass as
+// ESTABLISHED ICMP).
+func (c *ctLab) pingThrough(t *testing.T) {
+	labtest.Run(t, c.l, "h1", "ping", "-c", "2", "-i", "0.2", "-W", "2", c.h2)
+	labtest.Run(t, c.l, "h1", "ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", labtest.Addr(t, c.l, "h2", "6"))
+}
+
 // listen opens a TCP listener on node that echoes what it reads, until the test ends.
 func (c *ctLab) listen(node string, port int) {
 	var ln net.Listener
@@ -267,10 +274,7 @@ func TestLab(t *testing.T) {
 		}
 	})
 
-	t.Run("ping", func(t *testing.T) {
-		labtest.Run(t, c.l, "h1", "ping", "-c", "2", "-i", "0.2", "-W", "2", c.h2)
-		labtest.Run(t, c.l, "h1", "ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", labtest.Addr(t, c.l, "h2", "6"))
-	})
+	t.Run("ping", c.pingThrough)
 
 	t.Run("unsolicited from outside dropped", func(t *testing.T) {
 		before := c.counters()["policy_drop"]
