@@ -39,7 +39,7 @@
  * config or, where there is none, by calibrating jiffies against the clock (never a constant). */
 volatile const __u32 hz = 0;
 
-/* key = 0, value = the live generation (TUNE_GEN_MASK) | TUNE_NEED_* flags */
+/* key = 0, value = the callbacks the live policy needs, its generation and flags (tune.h) */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
@@ -77,15 +77,16 @@ struct {
 TUNE_ADDR_TRIE(tune_remote);
 TUNE_ADDR_TRIE(tune_local);
 
-/* key = gen * 2 + side (TUNE_SIDE_*), value = struct tune_ruleset of the rules without a prefix on
- * that side: the rules of an address no entry of the side's trie contains (the tries hold no /0
- * entries for them, so a lookup walks only the nodes of real prefixes) */
+/* key = gen * 2 + side (TUNE_SIDE_*), value = struct tune_side: the first bytes the side's
+ * prefixes cover, and the rules without a prefix on that side, which are the rules of an
+ * address no entry of the side's trie contains (the tries hold no /0 entries for them, so a
+ * lookup walks only the nodes of real prefixes) */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
-	__type(value, struct tune_ruleset);
+	__type(value, struct tune_side);
 	__uint(max_entries, 4);
-} tune_any SEC(".maps");
+} tune_sides SEC(".maps");
 
 /* key = (gen * TUNE_MAX_RULES + rule) * 2 + arm (0 treated, 1 sampled out), value = per-CPU
  * connection count */
@@ -276,17 +277,26 @@ static __always_inline void lpm_key(struct tune_lpm_key *k, __u32 gen, const str
 }
 
 /* rules_of returns the rules of one side whose prefix contains addr: the longest entry of the
- * side's trie that contains it, or, when none does, the side's rules without a prefix. */
+ * side's trie that contains it, or, when none does, the side's rules without a prefix. An
+ * address whose first byte no prefix covers skips the trie (a lookup is a call, dear on hosts
+ * with return-stack mitigations). */
 static __always_inline struct tune_ruleset *rules_of(void *trie, __u32 side, __u32 g,
 						     const struct flow *f, const __u32 *addr)
 {
 	struct tune_ruleset *rs;
 	struct tune_lpm_key k;
+	struct tune_side *sd;
 	__u32 key = g * 2 + side;
+	__u8 first = *(const __u8 *)addr;
 
+	sd = bpf_map_lookup_elem(&tune_sides, &key);
+	if (!sd)
+		return NULL;
+	if (!((sd->octets[f->family == 6][first >> 6] >> (first & 63)) & 1))
+		return &sd->any;
 	lpm_key(&k, g, f, addr);
 	rs = bpf_map_lookup_elem(trie, &k);
-	return rs ? rs : bpf_map_lookup_elem(&tune_any, &key);
+	return rs ? rs : &sd->any;
 }
 
 /* match finds the connection's rule in the generation of gen (the tune_gen word, read once per
@@ -300,7 +310,7 @@ static __always_inline struct tune_profile *match(const struct flow *f, __u32 ge
 						  __u32 *arm)
 {
 	struct tune_ruleset *remote = NULL, *local = NULL;
-	__u32 g = gen & TUNE_GEN_MASK, key;
+	__u32 g = gen >> TUNE_GEN_SHIFT, key;
 	struct tune_rule *r;
 	__s32 n;
 
@@ -318,10 +328,13 @@ static __always_inline struct tune_profile *match(const struct flow *f, __u32 ge
 	}
 	if (!remote && !local) {
 		/* no rule has a prefix: every rule of the generation */
+		struct tune_side *sd;
+
 		key = g * 2 + TUNE_SIDE_REMOTE;
-		remote = bpf_map_lookup_elem(&tune_any, &key);
-		if (!remote)
+		sd = bpf_map_lookup_elem(&tune_sides, &key);
+		if (!sd)
 			return NULL;
+		remote = &sd->any;
 	}
 	if (!remote)
 		remote = local;
@@ -451,12 +464,11 @@ __noinline int apply_socket(struct bpf_sock_ops *s, const struct tune_profile *p
 	return 0;
 }
 
-/* apply_established applies what the kernel takes only on an established connection (global,
- * as apply_socket). */
-__noinline int apply_established(struct bpf_sock_ops *s, const struct tune_profile *p)
+/* apply_established applies what the kernel takes only on an established connection. Inlined:
+ * its one call site runs on every tuned connection, and a call is dear on hosts with
+ * return-stack mitigations. */
+static __always_inline void apply_established(struct bpf_sock_ops *s, const struct tune_profile *p)
 {
-	if (!p)
-		return 0;
 	if (has(p, TUNE_SET_INIT_CWND)) {
 		/* TCP_BPF_IW only sets snd_cwnd (accepted while no data has been sent): when it
 		 * already holds the value, the call would succeed and change nothing, so count it
@@ -481,7 +493,6 @@ __noinline int apply_established(struct bpf_sock_ops *s, const struct tune_profi
 			flags |= BPF_SOCK_OPS_RTO_CB_FLAG;
 		result(TUNE_SET_REACT_CALLBACKS, bpf_sock_ops_cb_flags_set(s, flags));
 	}
-	return 0;
 }
 
 /* remember copies a reactive connection's reactive settings into its socket storage for its
@@ -538,34 +549,24 @@ static __always_inline void react(struct bpf_sock_ops *s, __u32 trigger, __u32 c
 SEC("sockops")
 int tune_sockops(struct bpf_sock_ops *s)
 {
-	__u32 op = s->op, need = 0, dir = TUNE_DIR_ACTIVE, arm, zero = 0, gen;
+	__u32 op = s->op, dir = TUNE_DIR_ACTIVE, arm, zero = 0, gen;
 	struct tune_profile *p;
 	struct flow f;
 	__s32 rule_key;
 	__u32 *g;
 
-	/* Which callbacks need a match, and in which direction. One match call site keeps the
-	 * verifier's work (and the program) small. */
+	/* One read of tune_gen per run: the callbacks it names and every table this run reads
+	 * belong to the same generation, whatever user space flips meanwhile. */
+	g = bpf_map_lookup_elem(&tune_gen, &zero);
+	if (!g)
+		return 1;
+	gen = *(volatile __u32 *)g;
+	/* A callback the live policy does not need returns first thing: most runs of a
+	 * connection (a connection is counted once established, so TCP_CONNECT_CB is needed only
+	 * for socket options, set before the SYN). */
+	if (op >= TUNE_OP_BITS || !(gen & (1U << op)))
+		return 1;
 	switch (op) {
-	case BPF_SOCK_OPS_TCP_CONNECT_CB:
-		fp_count(&tune_stats, TUNE_STAT_ACTIVE);
-		break;
-	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		fp_count(&tune_stats, TUNE_STAT_PASSIVE);
-		dir = TUNE_DIR_PASSIVE;
-		break;
-	case BPF_SOCK_OPS_TIMEOUT_INIT:
-		need = TUNE_NEED_SYN_RTO;
-		break;
-	case BPF_SOCK_OPS_RWND_INIT:
-		need = TUNE_NEED_RWND;
-		break;
-	case BPF_SOCK_OPS_NEEDS_ECN:
-		need = TUNE_NEED_ECN;
-		break;
-	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-		need = TUNE_NEED_ESTABLISHED;
-		break;
 	case BPF_SOCK_OPS_RETRANS_CB:
 		/* __tcp_retransmit_skb adds this retransmission's segments (args[1]) to
 		 * total_retrans before the callback: adding args[1] again would count them twice */
@@ -577,28 +578,25 @@ int tune_sockops(struct bpf_sock_ops *s)
 		fp_count(&tune_stats, TUNE_STAT_RTO_CB);
 		react(s, TUNE_REACT_RTO, s->args[0] + 1);
 		return 1;
-	default:
-		return 1;
-	}
-	/* One read of tune_gen per run: the need flags and every table this run reads belong to
-	 * the same generation, whatever user space flips meanwhile. */
-	g = bpf_map_lookup_elem(&tune_gen, &zero);
-	if (!g)
-		return 1;
-	gen = *(volatile __u32 *)g;
-	if (need) {
-		/* nothing in the live policy needs this callback */
-		if (!(gen & need))
-			return 1;
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+		dir = TUNE_DIR_PASSIVE;
+		break;
+	case BPF_SOCK_OPS_TIMEOUT_INIT:
+	case BPF_SOCK_OPS_RWND_INIT:
+	case BPF_SOCK_OPS_NEEDS_ECN:
 		/* before the connection exists: the socket of an active open, or the request
 		 * socket of a passive one */
-		if (op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && !s->is_fullsock)
+		if (!s->is_fullsock)
 			dir = TUNE_DIR_PASSIVE;
+		break;
 	}
 	flow_of(s, &f, dir);
 	p = match(&f, gen, &rule_key, &arm);
-	if (op == BPF_SOCK_OPS_TCP_CONNECT_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
+	if (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
+		fp_count(&tune_stats,
+			 dir == TUNE_DIR_ACTIVE ? TUNE_STAT_ACTIVE : TUNE_STAT_PASSIVE);
 		count_hit(rule_key, arm);
+	}
 	if (!p)
 		return 1;
 
@@ -625,17 +623,11 @@ int tune_sockops(struct bpf_sock_ops *s)
 			fp_count(&tune_applied, TUNE_SET_ECN);
 		}
 		break;
-	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+	default: /* established, either direction */
 		/* the profile's set word says which calls have work to do (each costs a call) */
 		if (has(p, TUNE_SET_REACT_CALLBACKS))
 			remember(s, p);
-		if (p->set & TUNE_ESTABLISHED_SETTINGS)
-			apply_established(s, p);
-		break;
-	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		if (has(p, TUNE_SET_REACT_CALLBACKS))
-			remember(s, p);
-		if (p->set & TUNE_SOCKET_SETTINGS)
+		if (dir == TUNE_DIR_PASSIVE && (p->set & TUNE_SOCKET_SETTINGS))
 			apply_socket(s, p);
 		if (p->set & TUNE_ESTABLISHED_SETTINGS)
 			apply_established(s, p);

@@ -9,19 +9,17 @@
 #define TUNE_MAX_PROFILES 256			/* profiles per policy generation */
 #define TUNE_CC_LEN	  16			/* TCP_CA_NAME_MAX */
 
-/* tune_gen's value: bit 0 the live generation, then which pre-connection callbacks any of its
- * profiles needs (the others return at once). */
-#define TUNE_GEN_MASK	      1
-#define TUNE_NEED_SYN_RTO     (1 << 1)
-#define TUNE_NEED_RWND	      (1 << 2)
-#define TUNE_NEED_ECN	      (1 << 3)
-#define TUNE_NEED_ESTABLISHED (1 << 4) /* cwnd, RTO and delack settings, reactions */
+/* tune_gen's value: bit 1 << op for each callback (BPF_SOCK_OPS_*, op < TUNE_OP_BITS) the live
+ * policy needs a run of (the others return first thing), the live generation in the top bit,
+ * and: */
+#define TUNE_OP_BITS   29
+#define TUNE_GEN_SHIFT 31
 /* No rule of the generation has a remote (local) prefix: that side's trie answers "every rule"
  * for any address, so a match skips its lookup. */
-#define TUNE_REMOTE_ANY (1 << 5)
-#define TUNE_LOCAL_ANY	(1 << 6)
+#define TUNE_REMOTE_ANY (1U << 30)
+#define TUNE_LOCAL_ANY	(1U << 29)
 
-/* The sides of a connection, in tune_any's key. */
+/* The sides of a connection, in tune_sides' key. */
 #define TUNE_SIDE_REMOTE 0
 #define TUNE_SIDE_LOCAL	 1
 
@@ -79,8 +77,8 @@ enum tune_setting {
 
 /* Program-wide counters. */
 enum tune_stat {
-	TUNE_STAT_ACTIVE,      /* active opens seen (TCP_CONNECT_CB) */
-	TUNE_STAT_PASSIVE,     /* passive opens seen (PASSIVE_ESTABLISHED_CB) */
+	TUNE_STAT_ACTIVE,      /* active opens established (ACTIVE_ESTABLISHED_CB) */
+	TUNE_STAT_PASSIVE,     /* passive opens established (PASSIVE_ESTABLISHED_CB) */
 	TUNE_STAT_MATCHED,     /* connections a rule selected and tuned */
 	TUNE_STAT_SAMPLED_OUT, /* connections a sampled rule selected but left alone */
 	TUNE_STAT_UNMATCHED,   /* connections no rule selected */
@@ -154,6 +152,15 @@ struct tune_ruleset {
 	__u32 pad;
 	__u64 nz;
 	__u64 w[TUNE_WORDS];
+};
+
+/* One side (remote or local address) of a policy generation. */
+struct tune_side {
+	struct tune_ruleset any; /* the rules without a prefix on this side */
+	/* Bit n of octets[0] (IPv4) or octets[1] (IPv6) is set when a prefix of the side's trie
+	 * covers addresses whose first byte is n: an address whose bit is clear is in no prefix,
+	 * and its rules are any's without a trie lookup. */
+	__u64 octets[2][4];
 };
 
 /* Key of the kernel-refusal counters. */

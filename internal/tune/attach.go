@@ -17,7 +17,7 @@ import (
 	"github.com/flowplane/flowplane/internal/runstate"
 )
 
-//go:generate go tool bpf2go -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror" -type tune_profile -type tune_rule -type tune_lpm_key -type tune_ruleset -type tune_err_key -type tune_sk -type tune_stat -type tune_setting tune ../../bpf/tune/tune.bpf.c -- -I../../bpf/include
+//go:generate go tool bpf2go -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror" -type tune_profile -type tune_rule -type tune_lpm_key -type tune_ruleset -type tune_side -type tune_err_key -type tune_sk -type tune_stat -type tune_setting tune ../../bpf/tune/tune.bpf.c -- -I../../bpf/include
 
 // DefaultName is the policy instance the commands act on without --name.
 const DefaultName = "default"
@@ -60,7 +60,7 @@ var mapPins = []struct {
 	{"profiles", func(m *tuneMaps) **ebpf.Map { return &m.TuneProfiles }},
 	{"remote", func(m *tuneMaps) **ebpf.Map { return &m.TuneRemote }},
 	{"local", func(m *tuneMaps) **ebpf.Map { return &m.TuneLocal }},
-	{"any", func(m *tuneMaps) **ebpf.Map { return &m.TuneAny }},
+	{"sides", func(m *tuneMaps) **ebpf.Map { return &m.TuneSides }},
 	{"hits", func(m *tuneMaps) **ebpf.Map { return &m.TuneHits }},
 	{"stats", func(m *tuneMaps) **ebpf.Map { return &m.TuneStats }},
 	{"applied", func(m *tuneMaps) **ebpf.Map { return &m.TuneApplied }},
@@ -125,11 +125,11 @@ func swap(m *tuneMaps, rec *Record, c *compiled, pol *Policy, src []byte) (*Reco
 	if err := m.TuneGen.Lookup(uint32(0), &old); err != nil {
 		return nil, fmt.Errorf("read the live generation: %w", err)
 	}
-	next := (old & genMask) ^ 1
+	next := old>>genShift ^ 1
 	if err := fill(m, next, c); err != nil {
 		return nil, err
 	}
-	if err := m.TuneGen.Update(uint32(0), next|c.needs, ebpf.UpdateAny); err != nil {
+	if err := m.TuneGen.Update(uint32(0), next<<genShift|c.needs, ebpf.UpdateAny); err != nil {
 		return nil, fmt.Errorf("switch to the new policy: %w", err)
 	}
 	// Program runs that read the old generation before the flip may still be reading its
@@ -149,7 +149,7 @@ func swap(m *tuneMaps, rec *Record, c *compiled, pol *Policy, src []byte) (*Reco
 	}
 	// No run reads the old generation any more: take its prefixes out of the tries, so lookups
 	// walk the live policy's nodes only (the next apply would clear them anyway).
-	if err := clearTries(m, old&genMask); err != nil {
+	if err := clearTries(m, old>>genShift); err != nil {
 		slog.Warn("old policy's prefixes stay in the address tries", "name", rec.Name, "err", err)
 	}
 	slog.Debug("policy swapped", "name", rec.Name, "generation", next)
@@ -294,8 +294,9 @@ func fill(m *tuneMaps, gen uint32, c *compiled) error {
 			}
 		}
 	}
-	for side, rs := range c.any {
-		if err := m.TuneAny.Update(gen*2+uint32(side), rs.value(), ebpf.UpdateAny); err != nil {
+	for side := range c.any {
+		v := tuneTuneSide{Octets: c.octets[side], Any: c.any[side].value()}
+		if err := m.TuneSides.Update(gen*2+uint32(side), v, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("write the rules without a prefix: %w", err)
 		}
 	}

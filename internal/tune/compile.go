@@ -121,7 +121,7 @@ func buildTrie(rules []crule, side func(crule) netip.Prefix) []trieEntry {
 	return out
 }
 
-// anySet is the rules without a prefix on a side (tune_any): those of an address that no
+// anySet is the rules without a prefix on a side (tune_side.any): those of an address that no
 // entry of the side's trie contains.
 func anySet(rules []crule, side func(crule) netip.Prefix) ruleset {
 	var s ruleset
@@ -131,6 +131,23 @@ func anySet(rules []crule, side func(crule) netip.Prefix) ruleset {
 		}
 	}
 	return s
+}
+
+// firstBytes returns tune_side.octets for a side's trie entries: bit n of [0] (IPv4) or [1]
+// (IPv6) set when an entry covers addresses whose first byte is n.
+func firstBytes(es []trieEntry) (o [2][4]uint64) {
+	for _, e := range es {
+		fam := 0
+		if family(e.prefix) == 6 {
+			fam = 1
+		}
+		free := 0xff >> min(e.prefix.Bits(), 8) // first-byte bits the prefix leaves open
+		lo := int(e.prefix.Masked().Addr().AsSlice()[0])
+		for b := lo; b <= lo|free; b++ {
+			o[fam][b/64] |= 1 << (b % 64)
+		}
+	}
+	return o
 }
 
 func lpmKey(gen uint8, p netip.Prefix) tuneTuneLpmKey {
@@ -147,33 +164,55 @@ type compiled struct {
 	profiles []tuneTuneProfile
 	remote   []trieEntry
 	local    []trieEntry
-	any      [2]ruleset // anySet per side (sideRemote, sideLocal)
-	needs    uint32     // TUNE_NEED_* bits of tune_gen
+	any      [2]ruleset      // anySet per side (sideRemote, sideLocal)
+	octets   [2][2][4]uint64 // firstBytes per side
+	needs    uint32          // tune_gen without the generation: callbacks and flags
 }
 
-// tune_gen bits (tune.h): the live generation, then the callbacks its profiles need.
+// tune_gen's value (tune.h): bit 1 << op for each callback (BPF_SOCK_OPS_*) the live policy
+// needs (the program returns first thing from the others), the generation in the top bit, and
+// flags.
 const (
-	genMask    = 1
-	needSynRTO = 1 << 1
-	needRwnd   = 1 << 2
-	needECN    = 1 << 3
-	needEst    = 1 << 4
-	remoteAny  = 1 << 5 // no rule has a remote prefix: the program skips that trie
-	localAny   = 1 << 6 // same for local prefixes
+	needSynRTO = 1 << 1 // TIMEOUT_INIT
+	needRwnd   = 1 << 2 // RWND_INIT
+	needSocket = 1 << 3 // TCP_CONNECT_CB: socket options, set before an active open's SYN
+	needECN    = 1 << 6 // NEEDS_ECN
+	// Every policy needs the established callbacks (they count each connection) and RTO and
+	// RETRANS, which run only on connections whose reactive settings enabled them: those keep
+	// their reactions whatever policy is applied later.
+	needAlways = 1<<4 | 1<<5 | 1<<8 | 1<<9
 
-	sideRemote = 0 // TUNE_SIDE_*: tune_any's key is gen*2 + side
+	genShift  = 31
+	remoteAny = 1 << 30 // no rule has a remote prefix: the program skips that trie
+	localAny  = 1 << 29 // same for local prefixes
+
+	sideRemote = 0 // TUNE_SIDE_*: tune_sides' key is gen*2 + side
 	sideLocal  = 1
 )
 
-// settingNeeds names the callback each setting not made at the connection's first full-socket
-// callback needs: the SYN-time replies and the established settings (TUNE_ESTABLISHED_SETTINGS
-// in tune.h, which a test holds against this map). The other settings, except the reactive
-// ones, are socket options (TUNE_SOCKET_SETTINGS).
-var settingNeeds = map[Setting]uint32{SetSynRTO: needSynRTO, SetInitRwnd: needRwnd, SetECN: needECN,
-	SetInitCwnd: needEst, SetCwndClamp: needEst, SetRTOMin: needEst, SetDelackMax: needEst, SetReactCallbacks: needEst}
+// establishedSettings are made once the connection is established (TUNE_ESTABLISHED_SETTINGS in
+// tune.h, which a test holds against this map and settingNeed).
+var establishedSettings = map[Setting]bool{SetInitCwnd: true, SetCwndClamp: true, SetRTOMin: true, SetDelackMax: true, SetReactCallbacks: true}
+
+// settingNeed returns the tune_gen need bit of the pre-connection callback a setting is made
+// at, or 0 for the established settings (the established callbacks always match: they count
+// the connection) and the reactions (made from socket storage).
+func settingNeed(s Setting) uint32 {
+	switch {
+	case s == SetSynRTO:
+		return needSynRTO
+	case s == SetInitRwnd:
+		return needRwnd
+	case s == SetECN:
+		return needECN
+	case s == SetReactCongestion || s == SetReactCwndClamp || establishedSettings[s]:
+		return 0
+	}
+	return needSocket // TUNE_SOCKET_SETTINGS
+}
 
 func compile(p *Policy) *compiled {
-	c := &compiled{rules: expand(p.Rules)}
+	c := &compiled{rules: expand(p.Rules), needs: needAlways}
 	for _, r := range c.rules {
 		c.bpfRules = append(c.bpfRules, tuneTuneRule{
 			Sample:  sampleThreshold(r.rule.Sample),
@@ -185,15 +224,16 @@ func compile(p *Policy) *compiled {
 	}
 	for _, pr := range p.Profiles {
 		c.profiles = append(c.profiles, bpfProfile(pr))
-		for s, bit := range settingNeeds {
-			if pr.Set[s] {
-				c.needs |= bit
+		for s, on := range pr.Set {
+			if on {
+				c.needs |= settingNeed(s)
 			}
 		}
 	}
 	remoteOf, localOf := func(r crule) netip.Prefix { return r.remote }, func(r crule) netip.Prefix { return r.local }
 	c.remote, c.local = buildTrie(c.rules, remoteOf), buildTrie(c.rules, localOf)
 	c.any = [2]ruleset{anySet(c.rules, remoteOf), anySet(c.rules, localOf)}
+	c.octets = [2][2][4]uint64{firstBytes(c.remote), firstBytes(c.local)}
 	c.needs |= anySide(c.rules, remoteOf, remoteAny)
 	c.needs |= anySide(c.rules, localOf, localAny)
 	return c
@@ -343,7 +383,14 @@ func anyContains(ps []netip.Prefix, a netip.Addr) bool {
 // lookup simulates the program on the compiled tables (tests hold it against Policy.Match).
 func (c *compiled) lookup(f Flow) int {
 	f = f.normalize()
-	find := func(es []trieEntry, a netip.Addr, none *ruleset) *ruleset {
+	find := func(es []trieEntry, octets [2][4]uint64, a netip.Addr, none *ruleset) *ruleset {
+		fam, b := 0, a.AsSlice()[0]
+		if a.Is6() {
+			fam = 1
+		}
+		if octets[fam][b/64]&(1<<(b%64)) == 0 {
+			return none
+		}
 		var best *trieEntry
 		for i := range es {
 			e := &es[i]
@@ -359,10 +406,10 @@ func (c *compiled) lookup(f Flow) int {
 	// as the program: a side no rule constrains is not looked up
 	var rs, ls *ruleset
 	if c.needs&remoteAny == 0 {
-		rs = find(c.remote, f.Remote, &c.any[sideRemote])
+		rs = find(c.remote, c.octets[sideRemote], f.Remote, &c.any[sideRemote])
 	}
 	if c.needs&localAny == 0 {
-		ls = find(c.local, f.Local, &c.any[sideLocal])
+		ls = find(c.local, c.octets[sideLocal], f.Local, &c.any[sideLocal])
 	}
 	if rs == nil && ls == nil {
 		rs = &c.any[sideRemote]

@@ -89,6 +89,40 @@ func TestLabManyRules(t *testing.T) {
 	}
 }
 
+// TestLabFirstByteSkip checks the path where the program answers without the trie: the
+// rules' prefixes cover other first bytes than the lab's addresses (198.18.0.0/15, fd00::/8),
+// so both ends of IPv4 and IPv6 connections get the catch-all rule, and a prefix shorter than
+// /8 that covers the first byte still wins over it.
+func TestLabFirstByteSkip(t *testing.T) {
+	l := labtest.Up(t, labtest.HostRouterHost)
+	cg := testCgroup(t)
+	_, name := applyTest(t, `profiles: {r: {congestion: reno}, n: {cwnd_clamp: 3}}
+rules:
+  - {match: {remote: 10.0.0.0/8}, profile: n}
+  - {match: {remote: "2001:db8::/32"}, profile: n}
+  - {match: {remote: 192.0.0.0/5, remote_port: 5006}, profile: n}
+  - {profile: r}
+`, cg)
+	h2v4, h2v6 := labtest.Addr(t, l, "h2", "4"), labtest.Addr(t, l, "h2", "6")
+	startHelper(t, l, "h2", cg, "hold-server", ":5005", ":5006")
+	startHelper(t, l, "h1", cg, "hold-client", net.JoinHostPort(h2v4, "5005"), net.JoinHostPort(h2v6, "5005"), net.JoinHostPort(h2v4, "5006"))
+	for _, c := range []struct{ dst, want string }{{h2v4 + ":5005", "reno"}, {"[" + h2v6 + "]:5005", "reno"}, {h2v4 + ":5006", " cwnd:3 "}} {
+		if got := ssFind(t, l, "h1", "dst "+c.dst); !strings.Contains(got.line, c.want) {
+			t.Errorf("connection to %s: want %q: %s", c.dst, c.want, got.line)
+		}
+	}
+	k, _ := HostKernel()
+	st, err := ReadStatus(name, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// both ends of the two 5005 connections, and the passive end of the 5006 one (its remote
+	// port is h1's)
+	if st.Rules[3].Treated != 5 || st.Rules[2].Treated != 1 {
+		t.Errorf("catch-all hits %d (want 5), 192.0.0.0/5 hits %d (want 1); counters %v", st.Rules[3].Treated, st.Rules[2].Treated, st.Counters)
+	}
+}
+
 // TestLabMatchBothSides matches on remote and local prefixes at once, where the program may
 // skip the bit-set scan: when both trie entries start with the same rule and it selects the
 // flow, that rule wins at once; otherwise the scan must find the rule. The four connections

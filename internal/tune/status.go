@@ -120,7 +120,7 @@ func ReadStatus(name string, k Kernel) (*Status, error) {
 	if err := m.TuneGen.Lookup(uint32(0), &gen); err != nil {
 		return nil, fmt.Errorf("read the live generation: %w", err)
 	}
-	st.Generation = gen & genMask
+	st.Generation = gen >> genShift
 	if err := st.readLink(name, rec.Cgroup); err != nil {
 		return nil, err
 	}
