@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/flowplane/flowplane/internal/stats"
 )
 
 // Tables are the maps user space reads and changes: the program's, or pinned ones.
@@ -338,13 +340,11 @@ var StatNames = []string{"new", "established", "related", "forwarded", "passed",
 func (t *Tables) ReadCounters() (Counters, error) {
 	c := Counters{}
 	for i, n := range StatNames {
-		var perCPU []uint64
-		if err := t.Stats.Lookup(uint32(i), &perCPU); err != nil {
+		v, err := stats.Sum(t.Stats, uint32(i))
+		if err != nil {
 			return nil, fmt.Errorf("read counter %s: %w", n, err)
 		}
-		for _, v := range perCPU {
-			c[n] += v
-		}
+		c[n] = v
 	}
 	return c, nil
 }

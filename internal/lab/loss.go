@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/stats"
 	"github.com/flowplane/flowplane/internal/topo"
 )
 
@@ -85,13 +86,11 @@ func (l *Lab) ReadLoss(ifc *topo.Iface) (c LossCounters, ok bool, err error) {
 	}
 	defer m.Close()
 	for key, dst := range map[lossLossStat]*uint64{lossLossStatLOSS_STAT_PASSED: &c.Passed, lossLossStatLOSS_STAT_DROPPED: &c.Dropped} {
-		var perCPU []uint64
-		if err := m.Lookup(uint32(key), &perCPU); err != nil {
-			return c, false, fmt.Errorf("read loss counter %d: %w", key, err)
+		n, err := stats.Sum(m, uint32(key))
+		if err != nil {
+			return c, false, fmt.Errorf("read loss counters: %w", err)
 		}
-		for _, v := range perCPU {
-			*dst += v
-		}
+		*dst = n
 	}
 	return c, true, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/topo"
+	"github.com/flowplane/flowplane/internal/units"
 )
 
 // Status is a lab as `lab status` shows it.
@@ -78,7 +79,7 @@ func (l *Lab) Status() (*Status, error) {
 	for _, link := range l.Topology.Links {
 		ls := LinkStatus{A: link.A.Node.Name + ":" + link.A.Name, B: link.B.Node.Name + ":" + link.B.Name, MTU: link.MTU, Loss: link.Loss, RateBPS: link.Rate}
 		if link.Rate > 0 {
-			ls.Rate = topo.FormatRate(link.Rate)
+			ls.Rate = units.FormatRate(link.Rate)
 		}
 		s.Links = append(s.Links, ls)
 	}

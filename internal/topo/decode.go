@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/flowplane/flowplane/internal/config"
+	"github.com/flowplane/flowplane/internal/units"
 )
 
 // The decoder walks yaml.v3's node tree rather than unmarshalling into structs so that every
@@ -161,7 +162,7 @@ func decodeLinks(el *config.Collector, v *yaml.Node) []linkSpec {
 		l := linkSpec{line: lv.Line}
 		percent := func(kv *yaml.Node, key string, dst *float64) {
 			if str, ok := el.Scalar(kv, field+"."+key); ok {
-				p, err := ParsePercent(str)
+				p, err := units.ParsePercent(str)
 				if err != nil {
 					el.Add(kv.Line, field+"."+key, "%v", err)
 				}
@@ -191,7 +192,7 @@ func decodeLinks(el *config.Collector, v *yaml.Node) []linkSpec {
 				}
 			case "rate":
 				if str, ok := el.Scalar(kv, field+".rate"); ok {
-					r, err := ParseRate(str)
+					r, err := units.ParseRate(str)
 					if err != nil {
 						el.Add(kv.Line, field+".rate", "%v", err)
 					}

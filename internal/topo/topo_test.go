@@ -167,20 +167,6 @@ links:
 	}
 }
 
-func TestRates(t *testing.T) {
-	for in, want := range map[string]uint64{"1gbit": 1e9, "100Mbit": 1e8, "1.5mbit": 1.5e6, "500kbit/s": 5e5, "8000bit": 8000} {
-		got, err := ParseRate(in)
-		if err != nil || got != want {
-			t.Errorf("ParseRate(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for bps, want := range map[uint64]string{1e9: "1gbit", 1.5e6: "1500kbit", 2e5: "200kbit"} {
-		if got := FormatRate(bps); got != want {
-			t.Errorf("FormatRate(%d) = %s, want %s", bps, got, want)
-		}
-	}
-}
-
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("name: x\nnodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b], rate: 1gbit, loss: 1}]\n"))
 	f.Add([]byte("nodes: {a: {kind: router}}\nlinks: [{endpoints: [{node: a, ipv4: 1.2.3.4/24}, a]}]"))

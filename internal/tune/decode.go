@@ -13,7 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/flowplane/flowplane/internal/config"
-	"github.com/flowplane/flowplane/internal/topo"
+	"github.com/flowplane/flowplane/internal/units"
 )
 
 // Kernel is what validation checks a policy against: the running kernel's tick rate and
@@ -223,12 +223,12 @@ func decodeProfile(el *config.Collector, v *yaml.Node, field string, p *Profile,
 			}
 		case "max_pacing_rate":
 			if s, ok := el.Scalar(kv, f); ok {
-				bps, err := topo.ParseRate(s)
+				bps, err := units.ParseRate(s)
 				switch {
 				case err != nil:
 					el.Add(kv.Line, f, "%v", err)
 				case bps/8 == 0 || bps/8 >= math.MaxUint32:
-					el.Add(kv.Line, f, "%s is outside what SO_MAX_PACING_RATE takes: 8bit to %s", s, topo.FormatRate((math.MaxUint32-1)*8))
+					el.Add(kv.Line, f, "%s is outside what SO_MAX_PACING_RATE takes: 8bit to %s", s, units.FormatRate((math.MaxUint32-1)*8))
 				default:
 					p.MaxPacingRate = bps / 8
 					set(SetPacing)
@@ -549,7 +549,7 @@ func decodeMatch(el *config.Collector, v *yaml.Node, field string, r *Rule) {
 			}
 		case "sample":
 			if s, ok := el.Scalar(kv, f); ok {
-				pct, err := topo.ParsePercent(s)
+				pct, err := units.ParsePercent(s)
 				if err != nil || pct <= 0 {
 					el.Add(kv.Line, f, "%q is not a share of flows above 0%%, e.g. 10%%", s)
 					return

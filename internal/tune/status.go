@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/stats"
 )
 
 // Status is what `tune status` reports about one applied policy.
@@ -124,9 +125,9 @@ func ReadStatus(name string, k Kernel) (*Status, error) {
 	if err := st.readLink(name, rec.Cgroup); err != nil {
 		return nil, err
 	}
-	stats := []string{"active", "passive", "matched", "sampled_out", "unmatched", "reacted", "no_storage", "retrans_callbacks", "rto_callbacks"}
-	for i, s := range stats {
-		n, err := sumPerCPU(m.TuneStats, uint32(i))
+	names := []string{"active", "passive", "matched", "sampled_out", "unmatched", "reacted", "no_storage", "retrans_callbacks", "rto_callbacks"}
+	for i, s := range names {
+		n, err := stats.Sum(m.TuneStats, uint32(i))
 		if err != nil {
 			return nil, err
 		}
@@ -138,7 +139,7 @@ func ReadStatus(name string, k Kernel) (*Status, error) {
 	}
 	for j, cr := range rules {
 		for arm := uint32(0); arm < 2; arm++ {
-			n, err := sumPerCPU(m.TuneHits, (st.Generation*maxRules+uint32(j))*2+arm)
+			n, err := stats.Sum(m.TuneHits, (st.Generation*maxRules+uint32(j))*2+arm)
 			if err != nil {
 				return nil, err
 			}
@@ -165,7 +166,7 @@ func ReadStatus(name string, k Kernel) (*Status, error) {
 		return nil, fmt.Errorf("read refusals: %w", err)
 	}
 	for s := Setting(0); s < setMax; s++ {
-		n, err := sumPerCPU(m.TuneApplied, uint32(s))
+		n, err := stats.Sum(m.TuneApplied, uint32(s))
 		if err != nil {
 			return nil, err
 		}
@@ -213,18 +214,6 @@ func (st *Status) readLink(name, cgroup string) error {
 		st.OtherSockOp = append(st.OtherSockOp, o)
 	}
 	return nil
-}
-
-func sumPerCPU(m *ebpf.Map, key uint32) (uint64, error) {
-	var vs []uint64
-	if err := m.Lookup(key, &vs); err != nil {
-		return 0, fmt.Errorf("read %s[%d]: %w", m, key, err)
-	}
-	var n uint64
-	for _, v := range vs {
-		n += v
-	}
-	return n, nil
 }
 
 func joinPrefixes(ps []netip.Prefix) string {

@@ -7,6 +7,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/stats"
 )
 
 // Sink counts the packets of one transport protocol and destination port arriving on an
@@ -76,7 +77,7 @@ func AttachSink(c SinkConfig) (*Sink, error) {
 
 // Count returns how many matching packets the sink has seen.
 func (s *Sink) Count() (uint64, error) {
-	return sumPerCPU(s.objs.SinkStats, uint32(sinkSinkStatSINK_STAT_MATCHED))
+	return stats.Sum(s.objs.SinkStats, uint32(sinkSinkStatSINK_STAT_MATCHED))
 }
 
 // Close detaches the sink.

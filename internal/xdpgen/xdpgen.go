@@ -14,12 +14,12 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/stats"
 )
 
 // Config describes one run of the generator.
@@ -333,17 +333,5 @@ func (g *generator) run(n uint32) error {
 
 // counter sums one of the program's per-CPU counters.
 func (g *generator) counter(key xdpgenXdpgenStat) (uint64, error) {
-	return sumPerCPU(g.objs.XdpgenStats, uint32(key))
-}
-
-func sumPerCPU(m *ebpf.Map, key uint32) (uint64, error) {
-	var perCPU []uint64
-	if err := m.Lookup(key, &perCPU); err != nil {
-		return 0, fmt.Errorf("xdpgen: read counter %d of %s: %w", key, m, err)
-	}
-	var sum uint64
-	for _, v := range perCPU {
-		sum += v
-	}
-	return sum, nil
+	return stats.Sum(g.objs.XdpgenStats, uint32(key))
 }

@@ -1,4 +1,6 @@
-package topo
+// Package units parses and formats the units of flowplane's configuration files: rates in tc's
+// bit units and percentages.
+package units
 
 import (
 	"fmt"
@@ -6,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 )
 
 var rateRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([a-z]*(?:/s)?)$`)
@@ -62,16 +63,4 @@ func ParsePercent(s string) (float64, error) {
 		return 0, fmt.Errorf("%q is out of range; a percentage is from 0 to 100", s)
 	}
 	return v, nil
-}
-
-// parseDelay reads a one-way delay such as 10ms, at most 10s.
-func parseDelay(s string) (time.Duration, error) {
-	d, err := time.ParseDuration(strings.TrimSpace(s))
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration; write e.g. 10ms or 1.5ms", s)
-	}
-	if d < 0 || d > 10*time.Second {
-		return 0, fmt.Errorf("%q is out of range; a delay is from 0 to 10s", s)
-	}
-	return d, nil
 }

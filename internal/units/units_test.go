@@ -1,0 +1,17 @@
+package units
+
+import "testing"
+
+func TestRates(t *testing.T) {
+	for in, want := range map[string]uint64{"1gbit": 1e9, "100Mbit": 1e8, "1.5mbit": 1.5e6, "500kbit/s": 5e5, "8000bit": 8000} {
+		got, err := ParseRate(in)
+		if err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for bps, want := range map[uint64]string{1e9: "1gbit", 1.5e6: "1500kbit", 2e5: "200kbit"} {
+		if got := FormatRate(bps); got != want {
+			t.Errorf("FormatRate(%d) = %s, want %s", bps, got, want)
+		}
+	}
+}
