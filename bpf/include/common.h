@@ -22,6 +22,9 @@
 #define ETH_P_8021AD 0x88A8
 #define ETH_ALEN     6
 
+#define AF_INET	 2
+#define AF_INET6 10
+
 #define IPPROTO_ICMPV6_ 58 /* vmlinux.h has IPPROTO_* for v4 protocols only */
 
 #ifndef likely

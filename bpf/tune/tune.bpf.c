@@ -10,8 +10,6 @@
 #include "stats.h"
 #include "tune.h"
 
-#define AF_INET		   2
-#define AF_INET6	   10
 #define SOL_SOCKET	   1
 #define SO_SNDBUF	   7
 #define SO_RCVBUF	   8

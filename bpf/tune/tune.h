@@ -60,20 +60,22 @@ enum tune_setting {
 	TUNE_SET_REACT_CWND_CLAMP,
 	TUNE_SET_REACT_CALLBACKS, /* enabling RETRANS / RTO callbacks for reactive settings */
 	TUNE_SET_MAX,
+	/* Masks of the settings apply_socket makes (socket options, before the SYN on an active
+	 * open) and of those apply_established makes: a profile with none of either skips that
+	 * call. They sit in this enum (past TUNE_SET_MAX, so no counter has them as key) because
+	 * tune_applied puts the enum in BTF and bpf2go -type hands it to Go, whose compiler sorts
+	 * the settings by them. */
+	TUNE_SOCKET_SETTINGS =
+	    (1U << TUNE_SET_CONGESTION) | (1U << TUNE_SET_SNDBUF) | (1U << TUNE_SET_RCVBUF) |
+	    (1U << TUNE_SET_MSS) | (1U << TUNE_SET_WINDOW_CLAMP) | (1U << TUNE_SET_PACING) |
+	    (1U << TUNE_SET_MARK) | (1U << TUNE_SET_PRIORITY) | (1U << TUNE_SET_TOS) |
+	    (1U << TUNE_SET_NOTSENT_LOWAT) | (1U << TUNE_SET_NODELAY) | (1U << TUNE_SET_KEEPALIVE) |
+	    (1U << TUNE_SET_KEEPIDLE) | (1U << TUNE_SET_KEEPINTVL) | (1U << TUNE_SET_KEEPCNT) |
+	    (1U << TUNE_SET_USER_TIMEOUT) | (1U << TUNE_SET_RTO_MAX),
+	TUNE_ESTABLISHED_SETTINGS = (1U << TUNE_SET_INIT_CWND) | (1U << TUNE_SET_CWND_CLAMP) |
+				    (1U << TUNE_SET_RTO_MIN) | (1U << TUNE_SET_DELACK_MAX) |
+				    (1U << TUNE_SET_REACT_CALLBACKS),
 };
-
-/* The settings apply_socket makes (socket options, before the SYN on an active open) and those
- * apply_established makes: a profile with none of either skips that call. */
-#define TUNE_SOCKET_SETTINGS                                                                       \
-	((1U << TUNE_SET_CONGESTION) | (1U << TUNE_SET_SNDBUF) | (1U << TUNE_SET_RCVBUF) |         \
-	 (1U << TUNE_SET_MSS) | (1U << TUNE_SET_WINDOW_CLAMP) | (1U << TUNE_SET_PACING) |          \
-	 (1U << TUNE_SET_MARK) | (1U << TUNE_SET_PRIORITY) | (1U << TUNE_SET_TOS) |                \
-	 (1U << TUNE_SET_NOTSENT_LOWAT) | (1U << TUNE_SET_NODELAY) | (1U << TUNE_SET_KEEPALIVE) |  \
-	 (1U << TUNE_SET_KEEPIDLE) | (1U << TUNE_SET_KEEPINTVL) | (1U << TUNE_SET_KEEPCNT) |       \
-	 (1U << TUNE_SET_USER_TIMEOUT) | (1U << TUNE_SET_RTO_MAX))
-#define TUNE_ESTABLISHED_SETTINGS                                                                  \
-	((1U << TUNE_SET_INIT_CWND) | (1U << TUNE_SET_CWND_CLAMP) | (1U << TUNE_SET_RTO_MIN) |     \
-	 (1U << TUNE_SET_DELACK_MAX) | (1U << TUNE_SET_REACT_CALLBACKS))
 
 /* Program-wide counters. */
 enum tune_stat {

@@ -16,8 +16,6 @@ import (
 	"github.com/flowplane/flowplane/internal/topo"
 )
 
-//go:generate go tool bpf2go -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror" -type loss_stat loss ../../bpf/lab/loss.bpf.c -- -I../../bpf/include
-
 // lossPinDir holds the counters of one interface's loss program.
 func (l *Lab) lossPinDir(ifc *topo.Iface) string {
 	return pin.Path("lab", l.Name(), ifc.Node.Name, ifc.Name)

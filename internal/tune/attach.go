@@ -17,8 +17,6 @@ import (
 	"github.com/flowplane/flowplane/internal/runstate"
 )
 
-//go:generate go tool bpf2go -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror" -type tune_profile -type tune_rule -type tune_lpm_key -type tune_ruleset -type tune_side -type tune_err_key -type tune_sk -type tune_stat -type tune_setting tune ../../bpf/tune/tune.bpf.c -- -I../../bpf/include
-
 // DefaultName is the policy instance the commands act on without --name.
 const DefaultName = "default"
 

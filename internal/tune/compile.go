@@ -190,9 +190,16 @@ const (
 	sideLocal  = 1
 )
 
-// establishedSettings are made once the connection is established (TUNE_ESTABLISHED_SETTINGS in
-// tune.h, which a test holds against this map and settingNeed).
-var establishedSettings = map[Setting]bool{SetInitCwnd: true, SetCwndClamp: true, SetRTOMin: true, SetDelackMax: true, SetReactCallbacks: true}
+// established reports whether s is made once the connection is established
+// (TUNE_ESTABLISHED_SETTINGS in tune.h).
+func established(s Setting) bool {
+	return tuneTuneSettingTUNE_ESTABLISHED_SETTINGS&(1<<s) != 0
+}
+
+// socketOption reports whether s is a socket option apply_socket makes (TUNE_SOCKET_SETTINGS).
+func socketOption(s Setting) bool {
+	return tuneTuneSettingTUNE_SOCKET_SETTINGS&(1<<s) != 0
+}
 
 // settingNeed returns the tune_gen need bit of the pre-connection callback a setting is made
 // at, or 0 for the established settings (the established callbacks always match: they count
@@ -205,10 +212,10 @@ func settingNeed(s Setting) uint32 {
 		return needRwnd
 	case s == SetECN:
 		return needECN
-	case s == SetReactCongestion || s == SetReactCwndClamp || establishedSettings[s]:
-		return 0
+	case socketOption(s):
+		return needSocket
 	}
-	return needSocket // TUNE_SOCKET_SETTINGS
+	return 0
 }
 
 func compile(p *Policy) *compiled {

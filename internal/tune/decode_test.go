@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -273,44 +272,48 @@ func TestTableSizesMatchProgram(t *testing.T) {
 	}
 }
 
-// TestSettingMasksMatchCallbacks holds the program's TUNE_SOCKET_SETTINGS and
-// TUNE_ESTABLISHED_SETTINGS (a profile without any of them skips apply_socket or
-// apply_established) against the callbacks compile knows each setting needs: every setting is
-// a socket option, an established setting, a SYN-time reply or a reaction, exactly one.
-func TestSettingMasksMatchCallbacks(t *testing.T) {
-	src, err := os.ReadFile("../../bpf/tune/tune.h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := string(src)
-	enum := regexp.MustCompile(`(?s)enum tune_setting \{(.*?)\};`).FindStringSubmatch(h)
-	if enum == nil {
-		t.Fatal("no enum tune_setting in tune.h")
-	}
-	index := map[string]Setting{}
-	for i, m := range regexp.MustCompile(`TUNE_SET_(\w+),`).FindAllStringSubmatch(enum[1], -1) {
-		index[m[1]] = Setting(i)
-	}
-	if len(index) != int(setMax)+1 { // and TUNE_SET_MAX
-		t.Fatalf("tune.h has %d settings, Go %d", len(index)-1, setMax)
-	}
-	mask := func(name string) map[Setting]bool {
-		def := regexp.MustCompile(`(?s)#define ` + name + `\s*\\\n(.*?)\)\n`).FindStringSubmatch(h)
-		if def == nil {
-			t.Fatalf("no %s in tune.h", name)
-		}
-		set := map[Setting]bool{}
-		for _, m := range regexp.MustCompile(`TUNE_SET_(\w+)`).FindAllStringSubmatch(def[1], -1) {
-			set[index[m[1]]] = true
-		}
-		return set
-	}
-	socket, est := mask("TUNE_SOCKET_SETTINGS"), mask("TUNE_ESTABLISHED_SETTINGS")
+// TestSettingClasses: every setting is made at exactly one place: a socket option
+// (TUNE_SOCKET_SETTINGS, apply_socket), an established setting (TUNE_ESTABLISHED_SETTINGS,
+// apply_established), a SYN-time reply, or a reaction. A profile without any of a class skips
+// that call, so a setting in no class would never be made.
+func TestSettingClasses(t *testing.T) {
+	synTime := map[Setting]bool{SetSynRTO: true, SetInitRwnd: true, SetECN: true}
+	reaction := map[Setting]bool{SetReactCongestion: true, SetReactCwndClamp: true}
 	for s := Setting(0); s < setMax; s++ {
-		wantEst, wantSocket := establishedSettings[s], settingNeed(s) == needSocket
-		if est[s] != wantEst || socket[s] != wantSocket {
-			t.Errorf("%s: in TUNE_ESTABLISHED_SETTINGS %v (want %v), in TUNE_SOCKET_SETTINGS %v (want %v)", s, est[s], wantEst, socket[s], wantSocket)
+		var in []string
+		if socketOption(s) {
+			in = append(in, "TUNE_SOCKET_SETTINGS")
 		}
+		if established(s) {
+			in = append(in, "TUNE_ESTABLISHED_SETTINGS")
+		}
+		if synTime[s] {
+			in = append(in, "SYN time")
+		}
+		if reaction[s] {
+			in = append(in, "reaction")
+		}
+		if len(in) != 1 {
+			t.Errorf("%s is in %v; want exactly one class", s, in)
+		}
+		if (settingNeed(s) == needSocket) != socketOption(s) {
+			t.Errorf("%s: need bit %#x, socket option %v", s, settingNeed(s), socketOption(s))
+		}
+	}
+	if tuneTuneSettingTUNE_SOCKET_SETTINGS>>setMax != 0 || tuneTuneSettingTUNE_ESTABLISHED_SETTINGS>>setMax != 0 {
+		t.Errorf("a mask names a bit past TUNE_SET_MAX")
+	}
+}
+
+// TestStatNames: every counter of enum tune_stat has its name in status.
+func TestStatNames(t *testing.T) {
+	for s := tuneTuneStat(0); s < tuneTuneStatTUNE_STAT_MAX; s++ {
+		if _, ok := statNames[s]; !ok {
+			t.Errorf("tune_stat %d has no name in statNames", s)
+		}
+	}
+	if len(statNames) != int(tuneTuneStatTUNE_STAT_MAX) {
+		t.Errorf("%d stat names for %d counters", len(statNames), tuneTuneStatTUNE_STAT_MAX)
 	}
 }
 

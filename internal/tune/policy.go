@@ -16,36 +16,36 @@ import (
 // per-setting counters (enum tune_setting in bpf/tune/tune.h).
 type Setting int
 
-// The settings, in enum tune_setting order.
+// The settings: enum tune_setting as bpf2go generates it from tune.h.
 const (
-	SetSynRTO Setting = iota
-	SetInitRwnd
-	SetECN
-	SetSndBuf
-	SetRcvBuf
-	SetInitCwnd
-	SetCwndClamp
-	SetCongestion
-	SetRTOMin
-	SetDelackMax
-	SetRTOMax
-	SetPacing
-	SetMark
-	SetPriority
-	SetTOS
-	SetNotsentLowat
-	SetNodelay
-	SetWindowClamp
-	SetMSS
-	SetKeepalive
-	SetKeepIdle
-	SetKeepIntvl
-	SetKeepCnt
-	SetUserTimeout
-	SetReactCongestion
-	SetReactCwndClamp
-	SetReactCallbacks
-	setMax
+	SetSynRTO          = Setting(tuneTuneSettingTUNE_SET_SYN_RTO)
+	SetInitRwnd        = Setting(tuneTuneSettingTUNE_SET_INIT_RWND)
+	SetECN             = Setting(tuneTuneSettingTUNE_SET_ECN)
+	SetSndBuf          = Setting(tuneTuneSettingTUNE_SET_SNDBUF)
+	SetRcvBuf          = Setting(tuneTuneSettingTUNE_SET_RCVBUF)
+	SetInitCwnd        = Setting(tuneTuneSettingTUNE_SET_INIT_CWND)
+	SetCwndClamp       = Setting(tuneTuneSettingTUNE_SET_CWND_CLAMP)
+	SetCongestion      = Setting(tuneTuneSettingTUNE_SET_CONGESTION)
+	SetRTOMin          = Setting(tuneTuneSettingTUNE_SET_RTO_MIN)
+	SetDelackMax       = Setting(tuneTuneSettingTUNE_SET_DELACK_MAX)
+	SetRTOMax          = Setting(tuneTuneSettingTUNE_SET_RTO_MAX)
+	SetPacing          = Setting(tuneTuneSettingTUNE_SET_PACING)
+	SetMark            = Setting(tuneTuneSettingTUNE_SET_MARK)
+	SetPriority        = Setting(tuneTuneSettingTUNE_SET_PRIORITY)
+	SetTOS             = Setting(tuneTuneSettingTUNE_SET_TOS)
+	SetNotsentLowat    = Setting(tuneTuneSettingTUNE_SET_NOTSENT_LOWAT)
+	SetNodelay         = Setting(tuneTuneSettingTUNE_SET_NODELAY)
+	SetWindowClamp     = Setting(tuneTuneSettingTUNE_SET_WINDOW_CLAMP)
+	SetMSS             = Setting(tuneTuneSettingTUNE_SET_MSS)
+	SetKeepalive       = Setting(tuneTuneSettingTUNE_SET_KEEPALIVE)
+	SetKeepIdle        = Setting(tuneTuneSettingTUNE_SET_KEEPIDLE)
+	SetKeepIntvl       = Setting(tuneTuneSettingTUNE_SET_KEEPINTVL)
+	SetKeepCnt         = Setting(tuneTuneSettingTUNE_SET_KEEPCNT)
+	SetUserTimeout     = Setting(tuneTuneSettingTUNE_SET_USER_TIMEOUT)
+	SetReactCongestion = Setting(tuneTuneSettingTUNE_SET_REACT_CONGESTION)
+	SetReactCwndClamp  = Setting(tuneTuneSettingTUNE_SET_REACT_CWND_CLAMP)
+	SetReactCallbacks  = Setting(tuneTuneSettingTUNE_SET_REACT_CALLBACKS)
+	setMax             = Setting(tuneTuneSettingTUNE_SET_MAX)
 )
 
 var settingNames = [setMax]string{

@@ -125,13 +125,12 @@ func ReadStatus(name string, k Kernel) (*Status, error) {
 	if err := st.readLink(name, rec.Cgroup); err != nil {
 		return nil, err
 	}
-	names := []string{"active", "passive", "matched", "sampled_out", "unmatched", "reacted", "no_storage", "retrans_callbacks", "rto_callbacks"}
-	for i, s := range names {
-		n, err := stats.Sum(m.TuneStats, uint32(i))
-		if err != nil {
-			return nil, err
-		}
-		st.Counters[s] = n
+	counts, err := stats.All(m.TuneStats)
+	if err != nil {
+		return nil, err
+	}
+	for i, n := range counts {
+		st.Counters[statName(tuneTuneStat(i))] = n
 	}
 	rules := expand(pol.Rules)
 	for i, r := range pol.Rules {
@@ -222,4 +221,24 @@ func joinPrefixes(ps []netip.Prefix) string {
 		s[i] = p.String()
 	}
 	return strings.Join(s, " ")
+}
+
+// statNames are the JSON names of enum tune_stat's counters.
+var statNames = map[tuneTuneStat]string{
+	tuneTuneStatTUNE_STAT_ACTIVE:      "active",
+	tuneTuneStatTUNE_STAT_PASSIVE:     "passive",
+	tuneTuneStatTUNE_STAT_MATCHED:     "matched",
+	tuneTuneStatTUNE_STAT_SAMPLED_OUT: "sampled_out",
+	tuneTuneStatTUNE_STAT_UNMATCHED:   "unmatched",
+	tuneTuneStatTUNE_STAT_REACTED:     "reacted",
+	tuneTuneStatTUNE_STAT_NO_STORAGE:  "no_storage",
+	tuneTuneStatTUNE_STAT_RETRANS_CB:  "retrans_callbacks",
+	tuneTuneStatTUNE_STAT_RTO_CB:      "rto_callbacks",
+}
+
+func statName(s tuneTuneStat) string {
+	if n, ok := statNames[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("stat%d", s)
 }

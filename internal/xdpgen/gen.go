@@ -11,4 +11,4 @@
 package xdpgen
 
 //go:generate go tool bpf2go -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -mcpu=v3" -type xdpgen_stat xdpgen ../../bpf/xdpgen/xdpgen.bpf.c -- -I../../bpf/include
-//go:generate go tool bpf2go -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror" -type sink_stat sink ../../bpf/xdpgen/sink.bpf.c -- -I../../bpf/include
+//go:generate go tool bpf2go -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -mcpu=v3" -type sink_stat sink ../../bpf/xdpgen/sink.bpf.c -- -I../../bpf/include
