@@ -3,12 +3,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
-	"log/slog"
 	"os"
-	"strings"
-
-	"github.com/spf13/cobra"
+	"os/signal"
+	"syscall"
 
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/conntrack"
@@ -18,31 +17,23 @@ import (
 )
 
 func main() {
-	root := &cobra.Command{
-		Use:           "flowplane",
-		Short:         "Track, tune, prioritize and measure network flows",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	verbose := root.PersistentFlags().BoolP("verbose", "v", false, "log debug messages")
-	root.PersistentPreRun = func(*cobra.Command, []string) {
-		level := slog.LevelInfo
-		if *verbose {
-			level = slog.LevelDebug
-		}
-		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
-	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.Usage(err) })
-	root.AddCommand(lab.Command())
-	root.AddCommand(conntrack.Command())
-	root.AddCommand(tune.Command())
-	root.AddCommand(vnet.Command())
-	if err := root.Execute(); err != nil {
+	// The one place signals are handled: SIGINT and SIGTERM cancel the context every
+	// subcommand gets from cmd.Context(). After the first, the default comes back, so a second
+	// Ctrl-C kills a process that is slow to stop.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() { <-ctx.Done(); stop() }()
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "flowplane: %v\n", err)
-		code := cli.ExitCode(err)
-		if strings.HasPrefix(err.Error(), "unknown command") { // cobra's, not typed
-			code = 2
-		}
-		os.Exit(code)
+		os.Exit(cli.ExitCode(err))
 	}
+}
+
+// run runs the command line args until done or ctx is cancelled.
+func run(ctx context.Context, args []string) error {
+	root := cli.Root("flowplane", "Track, tune, prioritize and measure network flows",
+		lab.Command(), conntrack.Command(), tune.Command(), vnet.Command())
+	root.SetArgs(args)
+	return root.ExecuteContext(ctx)
 }

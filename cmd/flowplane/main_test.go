@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/testenv"
@@ -40,6 +43,7 @@ func flowplane(t *testing.T, args ...string) (stdout, stderr string, code int) {
 }
 
 func TestUsageErrorsExit2(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(bad, []byte("name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    rate: fast\n"), 0o644); err != nil {
@@ -56,10 +60,63 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"lab", "status", "nosuchlab"}, `lab "nosuchlab": no such lab`},
 		{[]string{"lab", "up", "--bogus", bad}, "unknown flag: --bogus"},
 		{[]string{"nosuch"}, `unknown command "nosuch"`},
+		{[]string{"lab", "nosuch"}, `unknown command "nosuch" for "flowplane lab"`},
+		{[]string{"-v", "vnet", "exec"}, "flowplane vnet exec takes 1 argument(s), got 0"},
 	} {
 		_, stderr, code := flowplane(t, c.args...)
 		if code != 2 || !strings.Contains(stderr, c.want) {
 			t.Errorf("flowplane %s: exit %d, stderr %q; want exit 2 and %q", strings.Join(c.args, " "), code, stderr, c.want)
+		}
+	}
+}
+
+// TestVerboseIsGlobal: one -v for the whole binary, before or after the subcommand.
+func TestVerboseIsGlobal(t *testing.T) {
+	t.Parallel()
+	topology := "../../internal/vnet/testdata/line.yaml"
+	for _, args := range [][]string{
+		{"-v", "vnet", "exec", topology, "-c", "h1 ping 198.18.2.2 1"},
+		{"vnet", "exec", "--verbose", topology, "-c", "h1 ping 198.18.2.2 1"},
+	} {
+		out, stderr, code := flowplane(t, args...)
+		if code != 0 || !strings.Contains(out, "bytes from 198.18.2.2") {
+			t.Errorf("flowplane %s: exit %d\n%s%s", strings.Join(args, " "), code, out, stderr)
+		}
+	}
+}
+
+// TestSignalStopsCleanly: SIGINT and SIGTERM, handled once in main, cancel the command's
+// context; vnet up (running as a daemon once stdin is at EOF) stops and exits 0.
+func TestSignalStopsCleanly(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM} {
+		cmd := exec.Command(os.Args[0], "vnet", "up", "../../internal/vnet/testdata/line.yaml", "--base-port", "-1")
+		cmd.Env = append(os.Environ(), "FLOWPLANE_MAIN=1")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err != nil || !strings.Contains(line, "links up") {
+			_ = cmd.Process.Kill()
+			t.Fatalf("vnet up: %q, %v", line, err)
+		}
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("vnet up after %v: %v, want exit 0", sig, err)
+			}
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("vnet up still running 10s after %v", sig)
 		}
 	}
 }

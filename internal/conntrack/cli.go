@@ -8,10 +8,8 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"sort"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -88,8 +86,7 @@ func runCmd() *cobra.Command {
 					return cli.Usagef("--metrics %q: %v", metrics, err)
 				}
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			ctx := cmd.Context() // main cancels it on SIGINT and SIGTERM
 			return Run(ctx, r, in, out, metrics)
 		},
 	}
@@ -286,8 +283,7 @@ from the full LRU table. Only one reader at a time gets each event.`,
 		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withTables(func(t *Tables) error {
-				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-				defer stop()
+				ctx := cmd.Context() // main cancels it on SIGINT and SIGTERM
 				return Events(ctx, t, func(ev Event) {
 					if asJSON {
 						_ = json.NewEncoder(cmd.OutOrStdout()).Encode(ev)

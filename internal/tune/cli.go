@@ -1,6 +1,7 @@
 package tune
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -117,7 +118,7 @@ func runCmd(name *string) *cobra.Command {
 					return cli.Usage(err)
 				}
 			}
-			return RunIn(path, args, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return RunIn(cmd.Context(), path, args, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVar(&cgroup, "cgroup", "", "cgroup v2 to run in (default: the applied policy's)")
@@ -125,9 +126,11 @@ func runCmd(name *string) *cobra.Command {
 }
 
 // RunIn runs argv as a child born in cgroup (clone3 CLONE_INTO_CGROUP: no moment outside it)
-// and returns an error carrying its exit code.
-func RunIn(cgroup string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	c := exec.Command(argv[0], argv[1:]...)
+// and returns an error carrying its exit code. Cancelling ctx (flowplane got SIGINT or
+// SIGTERM) passes SIGTERM on to the child and waits for it.
+func RunIn(ctx context.Context, cgroup string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
 	c.Stdin, c.Stdout, c.Stderr = stdin, stdout, stderr
 	fd, err := IntoCgroup(c, cgroup)
 	if err != nil {

@@ -4,15 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/topo"
 	"github.com/flowplane/flowplane/internal/vnet/tcp"
 )
@@ -27,7 +25,6 @@ type cliFlags struct {
 	noDelAck bool
 	minRTO   time.Duration
 	seed     uint64
-	verbose  bool
 	taps     []string
 }
 
@@ -42,29 +39,24 @@ func (f *cliFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.noDelAck, "no-delayed-ack", false, "acknowledge every segment at once")
 	fl.DurationVar(&f.minRTO, "min-rto", 200*time.Millisecond, "floor of the retransmission timeout")
 	fl.Uint64Var(&f.seed, "seed", 0, "seed for link impairments (0: random)")
-	fl.BoolVar(&f.verbose, "verbose", false, "log protocol events")
 	fl.StringArrayVar(&f.taps, "tap", nil, "NODE=NETNS: give NODE an interface on a TAP device in network namespace NETNS, so Linux there can reach vnet (root; repeatable)")
 }
 
-func (f *cliFlags) options(stderr io.Writer) (Options, error) {
+func (f *cliFlags) options() (Options, error) {
 	cfg := tcp.DefaultConfig()
 	if _, err := tcp.NewCC(f.cc); err != nil {
-		return Options{}, usagef(fmt.Errorf("--cc: %w", err))
+		return Options{}, cli.Usagef("--cc: %w", err)
 	}
 	if f.minRTO < time.Millisecond || f.minRTO > time.Minute {
-		return Options{}, usagef(fmt.Errorf("--min-rto %v is out of range; use 1ms to 1m", f.minRTO))
+		return Options{}, cli.Usagef("--min-rto %v is out of range; use 1ms to 1m", f.minRTO)
 	}
 	if f.basePort < -1 || f.basePort > 65535 {
-		return Options{}, usagef(fmt.Errorf("--base-port %d is out of range; use 1024-65535, or 0 to derive it", f.basePort))
+		return Options{}, cli.Usagef("--base-port %d is out of range; use 1024-65535, or 0 to derive it", f.basePort)
 	}
 	cfg.CC, cfg.SACK, cfg.Timestamps, cfg.WindowScale = f.cc, !f.noSACK, !f.noTS, !f.noWS
 	cfg.Nagle, cfg.DelayedAck, cfg.MinRTO = !f.noNagle, !f.noDelAck, f.minRTO
-	level := slog.LevelWarn
-	if f.verbose {
-		level = slog.LevelInfo
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	opts := Options{BasePort: f.basePort, TCP: cfg, Logger: log, Seed: f.seed}
+	// Logger nil: slog's default, whose level flowplane's -v sets (protocol events are debug).
+	opts := Options{BasePort: f.basePort, TCP: cfg, Seed: f.seed}
 	for _, tp := range f.taps {
 		spec, err := ParseTAPSpec(tp)
 		if err != nil {
@@ -77,7 +69,7 @@ func (f *cliFlags) options(stderr io.Writer) (Options, error) {
 
 // load reads the flags and the topology file every subcommand starts from.
 func (f *cliFlags) load(cmd *cobra.Command, file string) (Options, *topo.Topology, error) {
-	opts, err := f.options(cmd.ErrOrStderr())
+	opts, err := f.options()
 	if err != nil {
 		return Options{}, nil, err
 	}
@@ -90,9 +82,9 @@ func loadTopo(path string) (*topo.Topology, error) {
 	if err != nil {
 		var te topo.Errors
 		if errors.As(err, &te) {
-			return nil, usagef(err) // already says file:line: field: what and how to fix
+			return nil, cli.Usage(err) // already says file:line: field: what and how to fix
 		}
-		return nil, usagef(fmt.Errorf("topology %s: %w", path, err))
+		return nil, cli.Usagef("topology %s: %w", path, err)
 	}
 	return t, nil
 }
@@ -107,8 +99,6 @@ func Command() *cobra.Command {
 			"See docs/vnet.md.",
 	}
 	root.AddCommand(upCommand(), nodeCommand(), execCommand())
-	// Bad flags are usage errors too (cobra asks the parent when a subcommand has no handler).
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usagef(err) })
 	return root
 }
 
@@ -117,7 +107,7 @@ func upCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "up FILE",
 		Short: "Run the whole topology in this process with a command shell on stdin",
-		Args:  exactFile,
+		Args:  cli.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, t, err := f.load(cmd, args[0])
 			if err != nil {
@@ -142,10 +132,10 @@ func nodeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node FILE --name NODE",
 		Short: "Run one node of the topology (its neighbours run in other processes)",
-		Args:  exactFile,
+		Args:  cli.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if name == "" {
-				return usagef(errors.New("--name is required: the node of the topology to run"))
+				return cli.Usage(errors.New("--name is required: the node of the topology to run"))
 			}
 			opts, t, err := f.load(cmd, args[0])
 			if err != nil {
@@ -177,7 +167,7 @@ func execCommand() *cobra.Command {
 			"command (or the lines of --script, or of stdin when neither is given) in order. Commands are those " +
 			"of the shell (type help in vnet up); prefix one with a node name to pick the node. The first " +
 			"failing command stops the run with an error.",
-		Args: exactFile,
+		Args: cli.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, t, err := f.load(cmd, args[0])
 			if err != nil {
@@ -186,11 +176,11 @@ func execCommand() *cobra.Command {
 			var in io.Reader
 			switch {
 			case script != "" && len(cmds) > 0:
-				return usagef(errors.New("give commands with -c or --script, not both"))
+				return cli.Usage(errors.New("give commands with -c or --script, not both"))
 			case script != "":
 				fh, err := os.Open(script)
 				if err != nil {
-					return usagef(fmt.Errorf("--script: %w", err))
+					return cli.Usagef("--script: %w", err)
 				}
 				defer fh.Close()
 				in = fh
@@ -213,7 +203,7 @@ func execCommand() *cobra.Command {
 			sh := NewShell(cmd.OutOrStdout(), nw, nw.Nodes()...)
 			sh.Timeout = timeout
 			err = sh.Run(in, false, true)
-			var ue *UsageError
+			var ue *cli.UsageError
 			if err != nil && !errors.As(err, &ue) {
 				return fmt.Errorf("vnet exec: %w", err)
 			}
@@ -227,18 +217,10 @@ func execCommand() *cobra.Command {
 	return cmd
 }
 
-func exactFile(cmd *cobra.Command, args []string) error {
-	if len(args) != 1 {
-		return usagef(fmt.Errorf("%s needs exactly one topology file, e.g. flowplane vnet %s examples/vnet-line.yaml", cmd.Name(), cmd.Name()))
-	}
-	return nil
-}
-
 // serve runs the shell on stdin until quit, EOF, or a signal; after EOF of a non-interactive
 // stdin the network keeps running until a signal, like a daemon.
 func serve(cmd *cobra.Command, sh *Shell) error {
-	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := cmd.Context() // main cancels it on SIGINT and SIGTERM
 	done := make(chan error, 1)
 	interactive := isTerminal(cmd.InOrStdin())
 	go func() { done <- sh.Run(cmd.InOrStdin(), interactive, false) }()

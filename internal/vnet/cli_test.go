@@ -9,18 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/flowplane/flowplane/internal/cli"
 )
 
 func runCLI(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	cmd := Command()
-	var out bytes.Buffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetIn(strings.NewReader(""))
-	cmd.SetArgs(args)
-	err := cmd.Execute()
-	return out.String(), err
+	return runCLIIn(t, "", args...)
 }
 
 func TestExecScript(t *testing.T) {
@@ -90,7 +85,7 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"exec", "testdata/line.yaml", "--tap", "zz=fpnosuchns0", "-c", "help"},
 	} {
 		out, err := runCLI(t, args...)
-		var ue *UsageError
+		var ue *cli.UsageError
 		if !errors.As(err, &ue) {
 			t.Fatalf("%v: want a UsageError, got %v\n%s", args, err, out)
 		}
@@ -101,14 +96,16 @@ func TestCLIUsageErrors(t *testing.T) {
 	}
 }
 
+// runCLIIn runs `flowplane vnet args...` under the binary's root (its flags and usage errors)
+// with stdin.
 func runCLIIn(t *testing.T, stdin string, args ...string) (string, error) {
 	t.Helper()
-	cmd := Command()
+	cmd := cli.Root("flowplane", "", Command())
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)
 	cmd.SetIn(strings.NewReader(stdin))
-	cmd.SetArgs(args)
+	cmd.SetArgs(append([]string{"vnet"}, args...))
 	err := cmd.Execute()
 	return out.String(), err
 }

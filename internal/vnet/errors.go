@@ -6,15 +6,11 @@
 package vnet
 
 import (
-	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/vnet/tcp"
 )
 
-// UsageError is bad input from the user (a topology, a flag, a REPL command): the message says
-// what is wrong, where, and how to fix it. It exits with code 2.
-type UsageError = cli.UsageError
-
-func usagef(err error) error { return &UsageError{Err: err} }
+// Bad input from the user (a topology, a flag, a REPL command) is a *cli.UsageError: the
+// message says what is wrong, where, and how to fix it, and the process exits with code 2.
 
 // Errors of the socket API; test them with errors.Is.
 var (

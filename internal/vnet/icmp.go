@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/vnet/ipv4"
 )
 
@@ -129,7 +130,7 @@ type PingResult struct {
 // Ping sends one echo request with the given TTL and payload size and waits for the answer.
 func (n *Node) Ping(ctx context.Context, dst netip.Addr, seq uint16, size int, ttl uint8) (PingResult, error) {
 	if size < 0 || size > 65507 {
-		return PingResult{}, usagef(fmt.Errorf("ping size %d out of range 0..65507", size))
+		return PingResult{}, cli.Usagef("ping size %d out of range 0..65507", size)
 	}
 	ch := make(chan pingEvent, 4)
 	n.mu.Lock()
@@ -210,7 +211,7 @@ func (n *Node) Traceroute(ctx context.Context, dst netip.Addr, maxHops int, perH
 			return hops, ctx.Err()
 		}
 		if err != nil {
-			var ue *UsageError
+			var ue *cli.UsageError
 			if errors.As(err, &ue) || errors.Is(err, ErrNoRoute) {
 				return hops, err
 			}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/topo"
 	"github.com/flowplane/flowplane/internal/vnet/clock"
 	"github.com/flowplane/flowplane/internal/vnet/link"
@@ -59,7 +60,7 @@ func (o *Options) basePort(t *topo.Topology) (int, error) {
 		base = BasePortFor(t)
 	}
 	if base > 0 && base+2*len(t.Links) > 65535 {
-		return 0, usagef(fmt.Errorf("base port %d leaves no room for %d links (2 UDP ports each); choose a base port below %d", base, len(t.Links), 65535-2*len(t.Links)))
+		return 0, cli.Usagef("base port %d leaves no room for %d links (2 UDP ports each); choose a base port below %d", base, len(t.Links), 65535-2*len(t.Links))
 	}
 	return base, nil
 }
@@ -254,14 +255,14 @@ func StartNode(t *topo.Topology, name string, opts Options) (*Node, error) {
 		for _, n := range t.Nodes {
 			names = append(names, n.Name)
 		}
-		return nil, usagef(fmt.Errorf("%s: no node %q; nodes are: %v", t.File, name, names))
+		return nil, cli.Usagef("%s: no node %q; nodes are: %v", t.File, name, names)
 	}
 	base, err := opts.basePort(t)
 	if err != nil {
 		return nil, err
 	}
 	if base < 0 {
-		return nil, usagef(errors.New("a standalone node needs fixed ports: base port must not be -1"))
+		return nil, cli.Usage(errors.New("a standalone node needs fixed ports: base port must not be -1"))
 	}
 	var ifcs []IfaceConfig
 	var udps []*link.UDP
@@ -290,7 +291,7 @@ func StartNode(t *topo.Topology, name string, opts Options) (*Node, error) {
 			for _, x := range udps {
 				x.Close()
 			}
-			return nil, usagef(fmt.Errorf("--tap %s=%s: this process runs node %s only", sp.Node, sp.Netns, name))
+			return nil, cli.Usagef("--tap %s=%s: this process runs node %s only", sp.Node, sp.Netns, name)
 		}
 	}
 	taps, err := openTAPs(t, opts.TAPs)

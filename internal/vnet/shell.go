@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/vnet/ipv4"
 )
 
@@ -161,11 +162,11 @@ func (s *Shell) Exec(line string) error {
 		return nil
 	case "node":
 		if len(f) < 2 {
-			return usagef(fmt.Errorf("usage: node NAME; nodes: %s", s.nodeNames()))
+			return cli.Usagef("usage: node NAME; nodes: %s", s.nodeNames())
 		}
 		t := s.node(f[1])
 		if t == nil {
-			return usagef(fmt.Errorf("no node %q; nodes: %s", f[1], s.nodeNames()))
+			return cli.Usagef("no node %q; nodes: %s", f[1], s.nodeNames())
 		}
 		s.cur = t
 		return nil
@@ -175,13 +176,13 @@ func (s *Shell) Exec(line string) error {
 	}
 	c := lookup(f[0])
 	if c == nil {
-		return usagef(fmt.Errorf("unknown command %q; type help for the list", f[0]))
+		return cli.Usagef("unknown command %q; type help for the list", f[0])
 	}
 	if len(f)-1 < c.min {
-		return usagef(fmt.Errorf("usage: %s %s", c.names[0], c.args))
+		return cli.Usagef("usage: %s %s", c.names[0], c.args)
 	}
 	if n == nil {
-		return usagef(errors.New("no node selected; use node NAME"))
+		return cli.Usage(errors.New("no node selected; use node NAME"))
 	}
 	return c.run(s, n, f[1:])
 }
@@ -220,7 +221,7 @@ func (s *Shell) ctx() (context.Context, context.CancelFunc) {
 func parseAddr(a string) (netip.Addr, error) {
 	ip, err := netip.ParseAddr(a)
 	if err != nil || !ip.Is4() {
-		return netip.Addr{}, usagef(fmt.Errorf("%q is not an IPv4 address, e.g. 198.18.0.2", a))
+		return netip.Addr{}, cli.Usagef("%q is not an IPv4 address, e.g. 198.18.0.2", a)
 	}
 	return ip, nil
 }
@@ -228,7 +229,7 @@ func parseAddr(a string) (netip.Addr, error) {
 func parseInt(what, v string, lo, hi int) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < lo || n > hi {
-		return 0, usagef(fmt.Errorf("%s %q must be a number from %d to %d", what, v, lo, hi))
+		return 0, cli.Usagef("%s %q must be a number from %d to %d", what, v, lo, hi)
 	}
 	return n, nil
 }
@@ -271,7 +272,7 @@ func (s *Shell) cmdRoutes(n *Node, _ []string) error {
 func (s *Shell) setUp(n *Node, name string, up bool) error {
 	i := n.Iface(name)
 	if i == nil {
-		return usagef(fmt.Errorf("%s has no interface %q", n.Name, name))
+		return cli.Usagef("%s has no interface %q", n.Name, name)
 	}
 	n.SetUp(i, up)
 	return nil
@@ -368,13 +369,13 @@ func (s *Shell) add(sk *socket) int {
 func (s *Shell) sock(a string) (int, *socket, error) {
 	id, err := strconv.Atoi(a)
 	if err != nil {
-		return 0, nil, usagef(fmt.Errorf("%q is not a socket id; see sockets", a))
+		return 0, nil, cli.Usagef("%q is not a socket id; see sockets", a)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sk := s.socks[id]
 	if sk == nil {
-		return 0, nil, usagef(fmt.Errorf("no socket %d; see sockets", id))
+		return 0, nil, cli.Usagef("no socket %d; see sockets", id)
 	}
 	return id, sk, nil
 }
@@ -457,7 +458,7 @@ func (s *Shell) connSock(a string) (*socket, error) {
 		return nil, err
 	}
 	if sk.conn == nil {
-		return nil, usagef(fmt.Errorf("socket %s is a listener", a))
+		return nil, cli.Usagef("socket %s is a listener", a)
 	}
 	return sk, nil
 }
@@ -512,7 +513,7 @@ func (s *Shell) cmdShutdown(n *Node, a []string) error {
 	case "both":
 		return sk.conn.Close()
 	}
-	return usagef(fmt.Errorf("shutdown %q: say write, read or both", how))
+	return cli.Usagef("shutdown %q: say write, read or both", how)
 }
 
 func (s *Shell) cmdClose(n *Node, a []string) error {
@@ -534,7 +535,7 @@ func (s *Shell) cmdClose(n *Node, a []string) error {
 func (s *Shell) cmdSendfile(n *Node, a []string) error {
 	f, err := os.Open(a[0])
 	if err != nil {
-		return usagef(fmt.Errorf("sendfile: %w", err))
+		return cli.Usagef("sendfile: %w", err)
 	}
 	defer f.Close()
 	c, err := s.dial(n, a[1], a[2])
@@ -565,7 +566,7 @@ func (s *Shell) cmdRecvfile(n *Node, a []string) error {
 	}
 	f, err := os.Create(a[0])
 	if err != nil {
-		return usagef(fmt.Errorf("recvfile: %w", err))
+		return cli.Usagef("recvfile: %w", err)
 	}
 	l, err := n.Listen(strconv.Itoa(port))
 	if err != nil {
@@ -631,7 +632,7 @@ func (s *Shell) cmdCapture(n *Node, a []string) error {
 	if a[0] == "stop" {
 		i := n.Iface(a[1])
 		if i == nil {
-			return usagef(fmt.Errorf("%s has no interface %q", n.Name, a[1]))
+			return cli.Usagef("%s has no interface %q", n.Name, a[1])
 		}
 		k, err := n.StopCapture(i)
 		if err == nil {
@@ -641,7 +642,7 @@ func (s *Shell) cmdCapture(n *Node, a []string) error {
 	}
 	i := n.Iface(a[0])
 	if i == nil {
-		return usagef(fmt.Errorf("%s has no interface %q", n.Name, a[0]))
+		return cli.Usagef("%s has no interface %q", n.Name, a[0])
 	}
 	return n.StartCapture(i, a[1])
 }
@@ -649,7 +650,7 @@ func (s *Shell) cmdCapture(n *Node, a []string) error {
 func (s *Shell) cmdSleep(n *Node, a []string) error {
 	d, err := time.ParseDuration(a[0])
 	if err != nil || d < 0 || d > time.Hour {
-		return usagef(fmt.Errorf("sleep %q: give a duration such as 500ms or 2s", a[0]))
+		return cli.Usagef("sleep %q: give a duration such as 500ms or 2s", a[0])
 	}
 	time.Sleep(d)
 	return nil
@@ -657,7 +658,7 @@ func (s *Shell) cmdSleep(n *Node, a []string) error {
 
 func (s *Shell) cmdConverge(n *Node, _ []string) error {
 	if s.nw == nil {
-		return usagef(errors.New("converge needs the whole network (vnet up or vnet exec)"))
+		return cli.Usage(errors.New("converge needs the whole network (vnet up or vnet exec)"))
 	}
 	start := time.Now()
 	if err := s.nw.WaitConverged(s.Timeout); err != nil {
@@ -669,14 +670,14 @@ func (s *Shell) cmdConverge(n *Node, _ []string) error {
 
 func (s *Shell) cmdLink(n *Node, a []string) error {
 	if s.nw == nil {
-		return usagef(errors.New("link needs the whole network (vnet up or vnet exec); use down IFACE on a node"))
+		return cli.Usage(errors.New("link needs the whole network (vnet up or vnet exec); use down IFACE on a node"))
 	}
 	idx, err := parseInt("link index", a[0], 0, len(s.nw.Topo.Links)-1)
 	if err != nil {
 		return err
 	}
 	if a[1] != "up" && a[1] != "down" {
-		return usagef(fmt.Errorf("link %s %q: say up or down", a[0], a[1]))
+		return cli.Usagef("link %s %q: say up or down", a[0], a[1])
 	}
 	s.nw.SetLinkUp(s.nw.Topo.Links[idx], a[1] == "up")
 	return nil

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/vnet/tcp"
 )
 
@@ -167,7 +168,7 @@ func (c *Conn) SetKeepAlive(on bool) error { c.c.SetKeepAlive(on, 0); return nil
 // SetKeepAlivePeriod sets the idle time before the first probe and switches probing on.
 func (c *Conn) SetKeepAlivePeriod(d time.Duration) error {
 	if d <= 0 {
-		return usagef(fmt.Errorf("keepalive period %v must be positive", d))
+		return cli.Usagef("keepalive period %v must be positive", d)
 	}
 	c.c.SetKeepAlive(true, d)
 	return nil
@@ -202,16 +203,16 @@ func parseListenAddr(s string) (netip.AddrPort, error) {
 	}
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
-		return netip.AddrPort{}, usagef(fmt.Errorf("%q is not a port or address:port", s))
+		return netip.AddrPort{}, cli.Usagef("%q is not a port or address:port", s)
 	}
 	p, err := strconv.ParseUint(port, 10, 16)
 	if err != nil {
-		return netip.AddrPort{}, usagef(fmt.Errorf("%q: port %q is not a number from 0 to 65535", s, port))
+		return netip.AddrPort{}, cli.Usagef("%q: port %q is not a number from 0 to 65535", s, port)
 	}
 	a := netip.IPv4Unspecified()
 	if host != "" {
 		if a, err = netip.ParseAddr(host); err != nil || !a.Is4() {
-			return netip.AddrPort{}, usagef(fmt.Errorf("%q: %q is not an IPv4 address", s, host))
+			return netip.AddrPort{}, cli.Usagef("%q: %q is not an IPv4 address", s, host)
 		}
 	}
 	return netip.AddrPortFrom(a, uint16(p)), nil
@@ -255,7 +256,7 @@ func (l *Listener) Addr() net.Addr {
 func (n *Node) Dial(ctx context.Context, address string) (*Conn, error) {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil || !ap.Addr().Is4() {
-		return nil, usagef(fmt.Errorf("%q is not an IPv4 address:port, e.g. 198.18.0.2:80", address))
+		return nil, cli.Usagef("%q is not an IPv4 address:port, e.g. 198.18.0.2:80", address)
 	}
 	src, ok := n.SourceFor(ap.Addr())
 	if !ok {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/ipnet"
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/topo"
@@ -30,7 +31,7 @@ type TAPSpec struct {
 func ParseTAPSpec(s string) (TAPSpec, error) {
 	node, ns, ok := strings.Cut(s, "=")
 	if !ok || node == "" || ns == "" {
-		return TAPSpec{}, usagef(fmt.Errorf("--tap %q: write NODE=NETNS, e.g. --tap r1=mylinux (create the namespace with ip netns add)", s))
+		return TAPSpec{}, cli.Usagef("--tap %q: write NODE=NETNS, e.g. --tap r1=mylinux (create the namespace with ip netns add)", s)
 	}
 	return TAPSpec{Node: node, Netns: ns}, nil
 }
@@ -80,7 +81,7 @@ func openTAPs(t *topo.Topology, specs []TAPSpec) ([]tapIface, error) {
 	}
 	subnets, err := tapSubnets(t, len(specs))
 	if err != nil {
-		return nil, usagef(err)
+		return nil, cli.Usage(err)
 	}
 	var out []tapIface
 	fail := func(err error) ([]tapIface, error) {
@@ -93,10 +94,10 @@ func openTAPs(t *topo.Topology, specs []TAPSpec) ([]tapIface, error) {
 	for k, s := range specs {
 		tn := t.Node(s.Node)
 		if tn == nil {
-			return fail(usagef(fmt.Errorf("--tap %s=%s: no node %q in %s", s.Node, s.Netns, s.Node, t.File)))
+			return fail(cli.Usagef("--tap %s=%s: no node %q in %s", s.Node, s.Netns, s.Node, t.File))
 		}
 		if _, err := os.Stat(nsrun.Path(s.Netns)); err != nil {
-			return fail(usagef(fmt.Errorf("--tap %s=%s: no network namespace %q; create it with `ip netns add %s`", s.Node, s.Netns, s.Netns, s.Netns)))
+			return fail(cli.Usagef("--tap %s=%s: no network namespace %q; create it with `ip netns add %s`", s.Node, s.Netns, s.Netns, s.Netns))
 		}
 		sub := subnets[k]
 		vaddr := netip.PrefixFrom(sub.Addr().Next(), 24)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/topo"
 )
 
@@ -187,7 +188,7 @@ func TestSocketErrors(t *testing.T) {
 	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("accept after close: %v", err)
 	}
-	var ue *UsageError
+	var ue *cli.UsageError
 	if _, err := h1.Dial(ctxT(t), "nonsense"); !errors.As(err, &ue) {
 		t.Fatalf("bad address: %v", err)
 	}
@@ -241,7 +242,7 @@ func TestBadTopologyIsAUsageError(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = StartNode(tp, "zz", Options{})
-	var ue *UsageError
+	var ue *cli.UsageError
 	if !errors.As(err, &ue) {
 		t.Fatalf("unknown node: %v", err)
 	}

@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"log/slog"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Root is the top command holding the subsystems' commands, with what the whole binary shares:
+// one -v/--verbose flag (slog's default logger at debug level; the subcommands log through
+// slog's default), bad flags and unknown commands as usage errors (exit code 2), and no usage
+// text or error printed by cobra (the caller prints the error once).
+func Root(use, short string, subcommands ...*cobra.Command) *cobra.Command {
+	root := &cobra.Command{
+		Use:           use,
+		Short:         short,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	verbose := root.PersistentFlags().BoolP("verbose", "v", false, "log debug messages")
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+		level := slog.LevelInfo
+		if *verbose {
+			level = slog.LevelDebug
+		}
+		slog.SetDefault(slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})))
+	}
+	// Subcommands inherit the flag error function.
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return Usage(err) })
+	root.AddCommand(subcommands...)
+	requireSubcommand(root)
+	return root
+}
+
+// requireSubcommand makes every command that only groups others (no Run of its own) print its
+// help when called bare and refuse an unknown subcommand with a usage error. Cobra's own check
+// is an untyped error on the root only; below it, an unknown word printed help and exited 0.
+func requireSubcommand(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		requireSubcommand(sub)
+	}
+	if !cmd.HasSubCommands() || cmd.Runnable() {
+		return
+	}
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default, which it sets only in its own check
+	}
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		hint := ""
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			hint = "; did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return Usagef("unknown command %q for %q%s; run %s --help for the list", args[0], cmd.CommandPath(), hint, cmd.CommandPath())
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+}
