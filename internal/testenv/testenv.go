@@ -21,16 +21,24 @@ import (
 	"github.com/flowplane/flowplane/internal/nsrun"
 )
 
-// Privileged stops t unless it runs as root with BPF and network-namespace rights. Outside CI
-// the test is skipped; with CI=true it fails, so a CI run never passes by skipping.
+// Privileged stops t unless it runs as root with BPF and network-namespace rights (see
+// Unavailable).
 func Privileged(t testing.TB) {
 	t.Helper()
 	if err := privileged(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("privileged test cannot run in CI: %v (CI must run as root with CAP_BPF and CAP_NET_ADMIN)", err)
-		}
-		t.Skipf("needs root with CAP_BPF and CAP_NET_ADMIN: %v", err)
+		Unavailable(t, "needs root with CAP_BPF and CAP_NET_ADMIN: %v", err)
 	}
+}
+
+// Unavailable stops t because the host lacks what it needs (the message says what, and how to
+// get it). Outside CI the test is skipped; with CI=true it fails, so a CI run never passes by
+// skipping. Every test that cannot run on a host stops through here.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("cannot run in CI (CI=true): "+format, args...)
+	}
+	t.Skipf(format, args...)
 }
 
 func privileged() error {
@@ -48,15 +56,12 @@ func privileged() error {
 	return nil
 }
 
-// Need fails or skips t (as Privileged does) unless every named program is on PATH.
+// Need stops t (see Unavailable) unless every named program is on PATH.
 func Need(t testing.TB, programs ...string) {
 	t.Helper()
 	for _, p := range programs {
 		if _, err := exec.LookPath(p); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is not installed; `make setup` installs it", p)
-			}
-			t.Skipf("%s is not installed; run `make setup`", p)
+			Unavailable(t, "%s is not installed; `make setup` installs it", p)
 		}
 	}
 }

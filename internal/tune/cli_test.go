@@ -32,7 +32,7 @@ func runCLI(args ...string) (string, error) {
 // record, pin or cgroup behind.
 func TestApplyBadInputAttachesNothing(t *testing.T) {
 	if _, err := HostKernel(); err != nil {
-		unavailable(t, err)
+		testenv.Unavailable(t, "%v", err)
 	}
 	file := filepath.Join(t.TempDir(), "bad.yaml")
 	if err := os.WriteFile(file, []byte("profiles:\n  a:\n    cwnd_clamp: 0\nrules: [{profile: a}]\n"), 0o644); err != nil {
@@ -57,7 +57,7 @@ func TestApplyBadInputAttachesNothing(t *testing.T) {
 
 func TestCLIUsageErrors(t *testing.T) {
 	if _, err := HostKernel(); err != nil {
-		unavailable(t, err)
+		testenv.Unavailable(t, "%v", err)
 	}
 	good := filepath.Join(t.TempDir(), "good.yaml")
 	if err := os.WriteFile(good, []byte("profiles: {a: {cwnd_clamp: 10}}\nrules: [{profile: a}]\n"), 0o644); err != nil {
@@ -65,7 +65,7 @@ func TestCLIUsageErrors(t *testing.T) {
 	}
 	root, err := Cgroup2Mount()
 	if err != nil {
-		unavailable(t, err)
+		testenv.Unavailable(t, "%v", err)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -87,7 +87,7 @@ func TestCLIUsageErrors(t *testing.T) {
 
 func TestExplainCLI(t *testing.T) {
 	if _, err := HostKernel(); err != nil {
-		unavailable(t, err)
+		testenv.Unavailable(t, "%v", err)
 	}
 	out, err := runCLI("explain", "198.18.1.2:443", "--policy", "../../examples/tune-dc.yaml")
 	if err != nil {
@@ -110,7 +110,7 @@ func TestRemoveMovesProcesses(t *testing.T) {
 	testenv.Privileged(t)
 	root, err := Cgroup2Mount()
 	if err != nil {
-		unavailable(t, err)
+		testenv.Unavailable(t, "%v", err)
 	}
 	good := filepath.Join(t.TempDir(), "good.yaml")
 	if err := os.WriteFile(good, []byte("profiles: {a: {cwnd_clamp: 10}}\nrules: [{profile: a}]\n"), 0o644); err != nil {
