@@ -1,6 +1,7 @@
 // Command lab measures what the lab's loss program costs: TCP throughput over a plain veth link
 // against the same kind of link with the loss program attached at 0% loss, in one lab, with
-// the two measured in alternation so machine noise hits both alike.
+// the two measured in alternation so machine noise hits both alike; and how closely TCP
+// goodput over an HTB-shaped link (rate: 40mbit) meets its rate.
 package main
 
 import (
@@ -18,12 +19,16 @@ import (
 )
 
 const topology = `
-nodes: {a1: {}, b1: {}, a2: {}, b2: {}}
+nodes: {a1: {}, b1: {}, a2: {}, b2: {}, a3: {}, b3: {}}
 links:
   - endpoints: [a1, b1]
   - endpoints: [a2, b2]
     loss: 0
+  - endpoints: [a3, b3]
+    rate: 40mbit
 `
+
+const shapedBPS = 40e6 // the a3-b3 link's rate
 
 func main() {
 	rounds := flag.Int("rounds", 5, "measurements per path")
@@ -74,5 +79,20 @@ func run(rounds, secs int) error {
 	for i, p := range paths {
 		t.Add(p.name, fmt.Sprintf("%.2f", report.Median(gbps[i])), len(gbps[i]), fmt.Sprintf("%.3f", report.Median(gbps[i])/base))
 	}
-	return report.Save(report.Result{Name: "lab", Tables: []*report.Table{t}, Data: map[string]any{"gbps": gbps}})
+	var shaped []float64
+	dst := l.Topology.Node("b3").Ifaces[0].IPv4.Addr().String()
+	for r := 0; r < rounds; r++ {
+		res, err := l.Iperf(ctx, "a3", "b3", dst, "-t", fmt.Sprint(secs), "-O", "1")
+		if err != nil {
+			return err
+		}
+		shaped = append(shaped, res.ReceivedBPS/shapedBPS)
+	}
+	h := &report.Table{
+		Title:   "lab: HTB shaping (TCP iperf3, one flow, over a link with rate: 40mbit)",
+		Columns: []string{"link", "median goodput Mbit/s", "runs", "ratio to the rate"},
+		Notes:   []string{"Goal: within ±10% of the rate (ratio 0.9 to 1.1); the test asserts only the upper bound."},
+	}
+	h.Add("rate: 40mbit", fmt.Sprintf("%.2f", report.Median(shaped)*shapedBPS/1e6), len(shaped), fmt.Sprintf("%.3f", report.Median(shaped)))
+	return report.Save(report.Result{Name: "lab", Tables: []*report.Table{t, h}, Data: map[string]any{"gbps": gbps, "shaped_ratio": shaped}})
 }

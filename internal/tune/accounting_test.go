@@ -51,16 +51,19 @@ func TestLabEverySettingAccounted(t *testing.T) {
 	h2 := labtest.Addr(t, l, "h2", "4")
 	startHelper(t, l, "h2", cg, "hold-server", ":5701")
 	startHelper(t, l, "h1", cg, "hold-client", net.JoinHostPort(h2, "5701"))
-	time.Sleep(200 * time.Millisecond)
-	k, _ := HostKernel()
-	st, err := ReadStatus(name, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]SettingStatus{}
-	for _, s := range st.Settings {
-		got[s.Setting] = s
-	}
+	var got map[string]SettingStatus
+	st := waitStatus(t, name, func(st *Status) bool {
+		got = map[string]SettingStatus{}
+		for _, s := range st.Settings {
+			got[s.Setting] = s
+		}
+		for s := range pol.Profiles[0].Set {
+			if _, ok := got[s.String()]; !ok && s != SetReactCongestion && s != SetReactCwndClamp {
+				return false
+			}
+		}
+		return st.Counters["matched"] >= 2
+	})
 	for s := range pol.Profiles[0].Set {
 		if s == SetReactCongestion || s == SetReactCwndClamp {
 			continue // fire only after retransmissions; the RETRANS flag is counted under react.congestion
@@ -163,12 +166,14 @@ func TestLabInitCwndAtDefaultCounted(t *testing.T) {
 	h2 := labtest.Addr(t, l, "h2", "4")
 	startHelper(t, l, "h2", cg, "hold-server", ":5702")
 	startHelper(t, l, "h1", cg, "hold-client", net.JoinHostPort(h2, "5702"))
-	time.Sleep(200 * time.Millisecond)
-	k, _ := HostKernel()
-	st, err := ReadStatus(name, k)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := waitStatus(t, name, func(st *Status) bool {
+		for _, s := range st.Settings {
+			if s.Setting == SetInitCwnd.String() && s.Applied+uint64(len(s.Errors)) >= 2 {
+				return st.Counters["matched"] >= 2
+			}
+		}
+		return false
+	})
 	var found bool
 	for _, s := range st.Settings {
 		if s.Setting != SetInitCwnd.String() {

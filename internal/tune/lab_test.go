@@ -187,6 +187,25 @@ rules:
     profile: t
 `
 
+// waitStatus reads policy name's status until done says it holds what the test waits for (the
+// kernel's callbacks run after the connections are up), for at most 10 s; it returns the last.
+func waitStatus(t *testing.T, name string, done func(*Status) bool) *Status {
+	t.Helper()
+	k, err := HostKernel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, err := ReadStatus(name, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done(st) || time.Now().After(deadline) {
+			return st
+		}
+	}
+}
+
 // ssConn is one connection's `ss -tinmo` record.
 type ssConn struct{ line string }
 

@@ -160,10 +160,11 @@ func TestSocketErrors(t *testing.T) {
 	if _, err := h2.Listen(":80"); !errors.Is(err, ErrPortInUse) {
 		t.Fatalf("listen twice: %v", err)
 	}
+	timedOut := make(chan struct{})
 	go func() {
 		c, err := l.Accept()
 		if err == nil {
-			time.Sleep(50 * time.Millisecond)
+			<-timedOut // the peer closes only after the read deadline has fired
 			c.Close()
 		}
 	}()
@@ -176,6 +177,7 @@ func TestSocketErrors(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("read past deadline: %v", err)
 	}
+	close(timedOut)
 	_ = c.SetReadDeadline(time.Time{})
 	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("read after peer close: %v", err)

@@ -115,7 +115,8 @@ func TestBurstArrivesExactly(t *testing.T) {
 }
 
 // Rate limiting, judged by counts: a run of Duration at Rate sends exactly Rate × Duration
-// frames, about half of them by half-time, and cannot finish early.
+// frames, never runs ahead of the rate, and cannot finish early. (How closely it keeps up
+// with the rate on a busy machine is a wall-clock matter, not a test's.)
 func TestRate(t *testing.T) {
 	p := newPair(t)
 	s := p.sink(t, protoUDP, 9, false)
@@ -132,7 +133,7 @@ func TestRate(t *testing.T) {
 		done <- result{sent, err}
 	}()
 	time.Sleep(d / 2)
-	half := count(t, s)
+	half, elapsed := count(t, s), time.Since(start)
 	r := <-done
 	if progress.Load() != r.sent {
 		t.Errorf("progress %d at the end, sent %d", progress.Load(), r.sent)
@@ -145,8 +146,9 @@ func TestRate(t *testing.T) {
 	if r.sent != want || count(t, s) != want {
 		t.Errorf("sent %d, received %d, want %d", r.sent, count(t, s), want)
 	}
-	if half < want/10 || half > want*9/10 {
-		t.Errorf("%d frames received at half-time, want about %d", half, want/2)
+	// A tick's worth of frames may go out at once; never more than the rate allows by then.
+	if ahead := uint64(rate*elapsed.Seconds()) + rate/10; half > ahead || half >= want {
+		t.Errorf("%d frames received %v into a %v run at %d/s: ahead of the rate (at most %d)", half, elapsed, d, rate, ahead)
 	}
 	if took < d*9/10 || took > 30*time.Second {
 		t.Errorf("took %v for a %v run", took, d)
