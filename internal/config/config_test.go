@@ -1,0 +1,117 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+func TestWalkerErrors(t *testing.T) {
+	t.Parallel()
+	schema := func(c *Collector, data string) {
+		root := c.Root([]byte(data), "give name and nodes")
+		if root == nil {
+			return
+		}
+		c.EachKey(root, "", []string{"name", "nodes"}, func(key string, v *yaml.Node) {
+			if key == "name" {
+				if s, ok := c.Scalar(v, "name"); ok && s == "warn" {
+					c.Warn(v.Line, "name", "a name that warns")
+				}
+				return
+			}
+			if v.Kind != yaml.MappingNode {
+				c.EachKey(v, "nodes", []string{"kind"}, nil)
+				return
+			}
+			for i := 0; i+1 < len(v.Content); i += 2 {
+				f := Join("nodes", v.Content[i].Value)
+				c.EachKey(v.Content[i+1], f, []string{"kind"}, func(_ string, kv *yaml.Node) { c.Scalar(kv, Join(f, "kind")) })
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name, src string
+		want      []string // the errors, in order; nil: none
+	}{
+		{"valid", "name: x\nnodes:\n  a: {kind: host}\n  b:\n", nil},
+		{"empty", "", []string{"f.yaml: the file is empty; give name and nodes"}},
+		{"not yaml", "name: [", []string{"f.yaml: not valid YAML: line 1: did not find expected node content"}},
+		{"top not a mapping", "- a\n- b\n", []string{"f.yaml:1: the top level must be a mapping with keys name, nodes"}},
+		{"unknown key lists the known, sorted", "nodes: {}\nnmae: x\n", []string{`f.yaml:2: nmae: unknown key "nmae"; known keys here: name, nodes`}},
+		{"key twice", "name: a\nname: b\n", []string{`f.yaml:2: name: key "name" given twice`}},
+		{"scalar wanted", "name: [a, b]\n", []string{"f.yaml:1: name: must be a single value"}},
+		{"null is not a value", "name:\n", []string{"f.yaml:1: name: must be a single value"}},
+		{"nested field path", "nodes:\n  a:\n    kind: {x: 1}\n", []string{"f.yaml:3: nodes.a.kind: must be a single value"}},
+		{"nested not a mapping", "nodes: 3\n", []string{"f.yaml:1: nodes: nodes must be a mapping with keys kind"}},
+		{"every error at once", "name: [a]\nnodes:\n  a: {knd: 1}\n  b: {kind: [c]}\nextra: 1\n", []string{
+			"f.yaml:1: name: must be a single value",
+			`f.yaml:3: nodes.a.knd: unknown key "knd"; known keys here: kind`,
+			"f.yaml:4: nodes.b.kind: must be a single value",
+			`f.yaml:5: extra: unknown key "extra"; known keys here: name, nodes`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Collector{File: "f.yaml"}
+			schema(c, tc.src)
+			err := c.Err()
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("unexpected errors:\n%v", err)
+				}
+				return
+			}
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("error %v is not Errors", err)
+			}
+			if got := strings.Split(err.Error(), "\n"); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("errors:\n%s\nwant:\n%s", err, strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+func TestWarningsAreNotErrors(t *testing.T) {
+	t.Parallel()
+	c := &Collector{File: "f.yaml"}
+	root := c.Root([]byte("name: warn\n"), "")
+	c.EachKey(root, "", []string{"name"}, func(_ string, v *yaml.Node) { c.Warn(v.Line, "name", "%s is odd", v.Value) })
+	if c.Err() != nil || len(c.Warnings) != 1 || c.Warnings[0] != "f.yaml:1: name: warn is odd" {
+		t.Errorf("err %v, warnings %q", c.Err(), c.Warnings)
+	}
+}
+
+func TestErrorFormat(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		e    Error
+		want string
+	}{
+		{Error{File: "a.yaml", Msg: "m"}, "a.yaml: m"},
+		{Error{File: "a.yaml", Line: 3, Msg: "m"}, "a.yaml:3: m"},
+		{Error{File: "a.yaml", Line: 3, Field: "x.y", Msg: "m"}, "a.yaml:3: x.y: m"},
+		{Error{File: "a.yaml", Field: "x", Msg: "m"}, "a.yaml: x: m"},
+	} {
+		if got := tc.e.Error(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.e, got, tc.want)
+		}
+	}
+}
+
+func TestHasKeyAndJoin(t *testing.T) {
+	t.Parallel()
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte("a: 1\nb: 2\n"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	m := doc.Content[0]
+	if !HasKey(m, "b") || HasKey(m, "c") || HasKey(m, "1") {
+		t.Errorf("HasKey wrong on %v", m.Content)
+	}
+	if Join("", "a") != "a" || Join("a", "b") != "a.b" || Join("links[0]", "rate") != "links[0].rate" {
+		t.Error("Join")
+	}
+}

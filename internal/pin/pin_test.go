@@ -1,0 +1,102 @@
+package pin_test
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/testenv"
+)
+
+func TestDirAndRemove(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	sub := testenv.Name("pin")
+	t.Cleanup(func() { _ = pin.Remove(sub) })
+	dir, err := pin.Dir(sub, "a", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(pin.Root, sub, "a", "b"); dir != want || pin.Path(sub, "a", "b") != want {
+		t.Fatalf("Dir = %s, Path = %s; want %s", dir, pin.Path(sub, "a", "b"), want)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		t.Fatalf("pin directory: %v", err)
+	}
+	if _, err := pin.Dir(sub, "a", "c"); err != nil {
+		t.Fatal(err)
+	}
+	// Removing a leaves sub (it still holds c) and drops b.
+	if err := pin.Remove(sub, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s still there: %v", dir, err)
+	}
+	if _, err := os.Stat(pin.Path(sub, "a", "c")); err != nil {
+		t.Errorf("sibling removed too: %v", err)
+	}
+	// Removing the last leaf drops its empty parents.
+	if err := pin.Remove(sub, "a", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pin.Path(sub)); !os.IsNotExist(err) {
+		t.Errorf("empty parent %s left behind: %v", pin.Path(sub), err)
+	}
+	if err := pin.Remove(sub, "gone"); err != nil {
+		t.Errorf("removing what is not there: %v", err)
+	}
+	if err := pin.Remove(); err == nil {
+		t.Error("Remove() with no parts must refuse to remove the whole root")
+	}
+}
+
+// TestDirMountsBPFFS: where /sys/fs/bpf is not bpffs (a fresh mount namespace, a minimal
+// host), Dir mounts it. Run in a mount namespace of the test's own, with a tmpfs over
+// /sys/fs/bpf, so the host's mounts are untouched.
+func TestDirMountsBPFFS(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	errc := make(chan error, 1)
+	go func() {
+		// The thread stays locked and so dies with the goroutine, mount namespace and all.
+		runtime.LockOSThread()
+		errc <- func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+				return err
+			}
+			if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+				return err
+			}
+			if err := unix.Mount("tmpfs", "/sys/fs/bpf", "tmpfs", 0, ""); err != nil {
+				return err
+			}
+			if fsType("/sys/fs/bpf") == unix.BPF_FS_MAGIC {
+				t.Error("the tmpfs did not hide bpffs")
+			}
+			dir, err := pin.Dir(testenv.Name("pin"))
+			if err != nil {
+				return err
+			}
+			if got := fsType(dir); got != unix.BPF_FS_MAGIC {
+				t.Errorf("%s is on filesystem %#x, want bpffs", dir, got)
+			}
+			return nil
+		}()
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fsType(path string) int64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return -1
+	}
+	return int64(st.Type)
+}
