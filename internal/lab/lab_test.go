@@ -33,6 +33,7 @@ links:
 `
 
 func TestThreeNodeLabPingAndIperf(t *testing.T) {
+	t.Parallel()
 	l := labtest.Up(t, threeNodes)
 	for _, fam := range []string{"4", "6"} {
 		dst := labtest.Addr(t, l, "h2", fam)
@@ -62,6 +63,7 @@ func TestThreeNodeLabPingAndIperf(t *testing.T) {
 }
 
 func TestRateIsShapedByHTB(t *testing.T) {
+	t.Parallel()
 	l := labtest.Up(t, `
 nodes: {h1: {}, h2: {}}
 links:
@@ -79,6 +81,7 @@ links:
 }
 
 func TestLossProbability(t *testing.T) {
+	t.Parallel()
 	const percent, packets = 10.0, 120000
 	l := labtest.Up(t, `
 nodes: {h1: {}, h2: {}}
@@ -120,6 +123,7 @@ links:
 // An XDP forwarder's neighbours get what they need to exchange redirected frames with it, as
 // `ethtool -k` sees it; nodes not next to one keep the defaults.
 func TestXDPNodePreparesItsPeers(t *testing.T) {
+	t.Parallel()
 	l := labtest.Up(t, `
 nodes:
   h1: {}
@@ -166,6 +170,7 @@ links:
 }
 
 func TestUpRefusesNameInUse(t *testing.T) {
+	t.Parallel()
 	l := labtest.Up(t, threeNodes)
 	top, err := lab.Parse("again.yaml", []byte(threeNodes), l.Name())
 	if err != nil {
@@ -177,6 +182,7 @@ func TestUpRefusesNameInUse(t *testing.T) {
 }
 
 func TestDownLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
 	testenv.Privileged(t)
 	name := "d" + testenv.Name("")[2:]
 	yaml := threeNodes + "    loss: 1%\n    rate: 100mbit\n"
@@ -214,6 +220,7 @@ func TestDownLeavesNothingBehind(t *testing.T) {
 // TestFailedUpRollsBack makes the last step of Up fail (a pin is already where the last loss
 // program wants to pin its counters) and checks Up removed everything it had made.
 func TestFailedUpRollsBack(t *testing.T) {
+	t.Parallel()
 	testenv.Privileged(t)
 	name := "r" + testenv.Name("")[2:]
 	yaml := threeNodes + "    loss: 1%\n"
@@ -274,6 +281,7 @@ func assertGone(t *testing.T, name string) {
 // TestLossIsHiddenFromTheSender: a packet lost on the link must look sent to the sender, as on a
 // wire (and as netem does). A send error would make TCP treat loss as local congestion.
 func TestLossIsHiddenFromTheSender(t *testing.T) {
+	t.Parallel()
 	l := labtest.Up(t, `
 nodes: {h1: {}, h2: {}}
 links:

@@ -16,6 +16,7 @@ const (
 // TestLossProgram runs the loss program on crafted packets at 0% and 100% and checks verdict,
 // that the packet is untouched, and the counters.
 func TestLossProgram(t *testing.T) {
+	t.Parallel()
 	testenv.Privileged(t)
 	frame := packet.IP("198.18.0.1", "198.18.0.2").UDP(1000, 2000).Payload([]byte("hello")).Bytes()
 	for _, c := range []struct {
@@ -66,6 +67,7 @@ func TestLossProgram(t *testing.T) {
 }
 
 func TestLossThreshold(t *testing.T) {
+	t.Parallel()
 	for percent, want := range map[float64]uint64{0: 0, 100: 1 << 32, 50: 1 << 31, 1: 42949673} {
 		if got := lossThreshold(percent); got != want {
 			t.Errorf("lossThreshold(%g) = %d, want %d", percent, got, want)

@@ -18,6 +18,7 @@ func verify(t *testing.T, frame []byte) gopacket.Packet {
 }
 
 func TestTCPBuilder(t *testing.T) {
+	t.Parallel()
 	f := IP("198.18.0.1", "198.18.0.2").TCP(1234, 80, "SA").Seq(0xfffffff0).Ack(101).Window(512).MSS(1460).WScale(7).SACKPermitted().TTL(9).Bytes()
 	p := verify(t, f)
 	ip := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
@@ -48,6 +49,7 @@ func tcpChecksumOK(t *testing.T, p gopacket.Packet) bool {
 }
 
 func TestIPv6ExtensionAndICMPv6(t *testing.T) {
+	t.Parallel()
 	f := IP("fd00::1", "fd00::2").IPv6Ext(layers.IPProtocolIPv6HopByHop, nil).IPv6Ext(layers.IPProtocolIPv6Destination, make([]byte, 10)).Echo(7, 9, false).Bytes()
 	p := verify(t, f)
 	ip6 := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6)
@@ -64,6 +66,7 @@ func TestIPv6ExtensionAndICMPv6(t *testing.T) {
 }
 
 func TestICMPErrorQuotesInner(t *testing.T) {
+	t.Parallel()
 	inner := IP("198.18.0.2", "198.18.0.1").UDP(53, 4000).IPBytes()
 	p := verify(t, IP("198.18.0.9", "198.18.0.2").ICMPError(3, 3, inner).Bytes())
 	icmp := p.Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4)

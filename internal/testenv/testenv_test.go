@@ -10,6 +10,7 @@ import (
 )
 
 func TestVethPairBetweenNamespaces(t *testing.T) {
+	t.Parallel()
 	testenv.Privileged(t)
 	testenv.Need(t, "ping")
 	a, b := testenv.Netns(t), testenv.Netns(t)

@@ -7,6 +7,7 @@ import (
 )
 
 func TestParseBadFiles(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, yaml string
 		want       []string // every line of the error, exactly
@@ -86,6 +87,7 @@ func TestParseBadFiles(t *testing.T) {
 }
 
 func TestParseAssignsAddresses(t *testing.T) {
+	t.Parallel()
 	top, err := Parse("x.yaml", []byte(`
 nodes:
   h1: {}
@@ -133,6 +135,7 @@ links:
 }
 
 func TestRoutesShortestPathThroughRoutersOnly(t *testing.T) {
+	t.Parallel()
 	// h1 — r1 — r2 — h2, plus a shortcut h1 — h3 — h2 through a host, which must not be used.
 	top, err := Parse("x.yaml", []byte(`
 name: x
@@ -182,6 +185,7 @@ func FuzzParse(f *testing.F) {
 }
 
 func TestParseNamed(t *testing.T) {
+	t.Parallel()
 	data := []byte("nodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b], rate: x}]\n")
 	_, err := ParseNamed("My File.yaml", data, "Bad-Name")
 	want := "My File.yaml:2: links[0].rate: \"x\" is not a rate; write a number and a unit, e.g. 100mbit or 1gbit\n" +

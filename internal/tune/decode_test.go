@@ -23,6 +23,7 @@ func mustParse(t *testing.T, src string) *Policy {
 }
 
 func TestParseExample(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile("../../examples/tune-dc.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -41,6 +42,7 @@ func TestParseExample(t *testing.T) {
 }
 
 func TestParseAllSettings(t *testing.T) {
+	t.Parallel()
 	p := mustParse(t, `
 profiles:
   all:
@@ -90,6 +92,7 @@ rules:
 }
 
 func TestParseErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, src, want string }{
 		{"unknown key", "profiles: {a: {cwnd: 3, bogus: 1}}\nrules: []", "p.yaml:1: profiles.a.bogus: unknown key \"bogus\""},
 		{"ip route initcwnd", "profiles:\n  a:\n    initcwnd: 10\nrules: []", "p.yaml:3: profiles.a.initcwnd: is ip route's name; write init_cwnd"},
@@ -132,6 +135,7 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestSynRTOJiffyWarning(t *testing.T) {
+	t.Parallel()
 	p := mustParse(t, "profiles: {a: {syn_rto: 10ms}}\nrules: []")
 	if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "the kernel uses 12ms") {
 		t.Errorf("warnings = %q", p.Warnings)
@@ -163,6 +167,7 @@ rules:
 `
 
 func TestMatchFirstWins(t *testing.T) {
+	t.Parallel()
 	p := mustParse(t, matchPolicy)
 	a := netip.MustParseAddr
 	for _, tc := range []struct {
@@ -187,6 +192,7 @@ func TestMatchFirstWins(t *testing.T) {
 // TestCompiledTablesAgree holds the LPM-trie and bit-set tables the program uses against the
 // direct first-match semantics, on random flows and random policies.
 func TestCompiledTablesAgree(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	// first bytes from a few values, prefixes from /4 on: the program skips the trie for an
 	// address whose first byte no prefix covers (tune_side.octets), which lookup mirrors
@@ -244,6 +250,7 @@ func TestCompiledTablesAgree(t *testing.T) {
 }
 
 func TestSampleShare(t *testing.T) {
+	t.Parallel()
 	p := mustParse(t, "profiles: {a: {}}\nrules:\n  - match: {sample: 10%}\n    profile: a\n")
 	treated := 0
 	for port := 1; port <= 10000; port++ {
@@ -257,6 +264,7 @@ func TestSampleShare(t *testing.T) {
 }
 
 func TestTableSizesMatchProgram(t *testing.T) {
+	t.Parallel()
 	spec, err := loadTune()
 	if err != nil {
 		t.Fatal(err)
@@ -277,6 +285,7 @@ func TestTableSizesMatchProgram(t *testing.T) {
 // apply_established), a SYN-time reply, or a reaction. A profile without any of a class skips
 // that call, so a setting in no class would never be made.
 func TestSettingClasses(t *testing.T) {
+	t.Parallel()
 	synTime := map[Setting]bool{SetSynRTO: true, SetInitRwnd: true, SetECN: true}
 	reaction := map[Setting]bool{SetReactCongestion: true, SetReactCwndClamp: true}
 	for s := Setting(0); s < setMax; s++ {
@@ -307,6 +316,7 @@ func TestSettingClasses(t *testing.T) {
 
 // TestStatNames: every counter of enum tune_stat has its name in status.
 func TestStatNames(t *testing.T) {
+	t.Parallel()
 	for s := tuneTuneStat(0); s < tuneTuneStatTUNE_STAT_MAX; s++ {
 		if _, ok := statNames[s]; !ok {
 			t.Errorf("tune_stat %d has no name in statNames", s)
@@ -318,6 +328,7 @@ func TestStatNames(t *testing.T) {
 }
 
 func TestTooManyRules(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	b.WriteString("profiles: {a: {}}\nrules:\n")
 	for i := 0; i < 1025; i++ {

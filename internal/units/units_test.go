@@ -3,6 +3,7 @@ package units
 import "testing"
 
 func TestRates(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]uint64{"1gbit": 1e9, "100Mbit": 1e8, "1.5mbit": 1.5e6, "500kbit/s": 5e5, "8000bit": 8000} {
 		got, err := ParseRate(in)
 		if err != nil || got != want {

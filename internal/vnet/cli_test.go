@@ -19,6 +19,7 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 }
 
 func TestExecScript(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	src := filepath.Join(dir, "in.bin")
 	dst := filepath.Join(dir, "out.bin")
@@ -68,6 +69,7 @@ func TestExecScript(t *testing.T) {
 }
 
 func TestCLIUsageErrors(t *testing.T) {
+	t.Parallel()
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	_ = os.WriteFile(bad, []byte("name: bad\nnodes: {a: {}}\nlinks: [{endpoints: [a, zz]}]\n"), 0o644)
 	for _, args := range [][]string{
@@ -111,6 +113,7 @@ func runCLIIn(t *testing.T, stdin string, args ...string) (string, error) {
 }
 
 func TestUpAndNodeShells(t *testing.T) {
+	t.Parallel()
 	out, err := runCLIIn(t, "converge\nh1 ping 198.18.2.2 1\nnode r1\nroutes\nbogus\nquit\n", "up", "testdata/line.yaml", "--base-port", "-1")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)

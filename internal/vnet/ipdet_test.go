@@ -78,6 +78,7 @@ func (d *detNet) icmpToH1() []ipv4.ICMP {
 }
 
 func TestDetRIPBuildsTables(t *testing.T) {
+	t.Parallel()
 	d := newDetNet(t)
 	if r, ok := d.h1.table.Load().lookup(netip.MustParseAddr("198.18.1.2")); !ok || r.NextHop != netip.MustParseAddr("198.18.0.2") || r.Metric != 1 {
 		t.Fatalf("h1 route to h2's subnet: %+v %v", r, ok)
@@ -85,6 +86,7 @@ func TestDetRIPBuildsTables(t *testing.T) {
 }
 
 func TestDetDontFragmentGetsFragNeeded(t *testing.T) {
+	t.Parallel()
 	d := newDetNet(t)
 	h := ipv4.Header{TotalLen: 1400, ID: 9, DF: true, TTL: 64, Proto: ipv4.ProtoTest,
 		Src: netip.MustParseAddr("198.18.0.1"), Dst: netip.MustParseAddr("198.18.1.2")}
@@ -102,6 +104,7 @@ func TestDetDontFragmentGetsFragNeeded(t *testing.T) {
 }
 
 func TestDetFragmentsReassembledAndTimeout(t *testing.T) {
+	t.Parallel()
 	d := newDetNet(t)
 	if err := d.h1.SendIP(netip.MustParseAddr("198.18.1.2"), ipv4.ProtoTest, 64, make([]byte, 3000)); err != nil {
 		t.Fatal(err)
@@ -129,6 +132,7 @@ func TestDetFragmentsReassembledAndTimeout(t *testing.T) {
 }
 
 func TestDetTTLAndUnreachable(t *testing.T) {
+	t.Parallel()
 	d := newDetNet(t)
 	_ = d.h1.SendIP(netip.MustParseAddr("198.18.1.2"), ipv4.ProtoTest, 1, []byte("dies at r1"))
 	d.clk.Advance(10 * time.Millisecond)

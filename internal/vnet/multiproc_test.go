@@ -12,6 +12,7 @@ import (
 // Each node started on its own, as separate `vnet node` processes would be: they find each
 // other only through the UDP ports derived from the file.
 func TestStandaloneNodesFindEachOther(t *testing.T) {
+	t.Parallel()
 	tp, err := topo.Load("testdata/line.yaml")
 	if err != nil {
 		t.Fatal(err)

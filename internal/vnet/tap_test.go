@@ -46,6 +46,7 @@ func randomBytes(n int) []byte {
 }
 
 func TestTAPLinuxPingsVnet(t *testing.T) {
+	t.Parallel()
 	ns, _ := tapNode(t)
 	out, err := nsrun.Output(ns, exec.Command("ping", "-c", "3", "-i", "0.2", "-W", "2", "198.19.77.2"))
 	if err != nil || !strings.Contains(string(out), "3 received") {
@@ -54,6 +55,7 @@ func TestTAPLinuxPingsVnet(t *testing.T) {
 }
 
 func TestTAPLinuxToVnetTCP(t *testing.T) {
+	t.Parallel()
 	ns, n := tapNode(t)
 	l, err := n.Listen(":9000")
 	if err != nil {
@@ -86,6 +88,7 @@ func TestTAPLinuxToVnetTCP(t *testing.T) {
 }
 
 func TestTAPVnetToLinuxTCP(t *testing.T) {
+	t.Parallel()
 	ns, n := tapNode(t)
 	var l net.Listener
 	if err := nsrun.Do(ns, func() error {
@@ -121,6 +124,7 @@ func TestTAPVnetToLinuxTCP(t *testing.T) {
 
 // A whole network with a TAP interface on r1: Linux in the namespace reaches h2, two hops away.
 func TestTAPAttachedToNetwork(t *testing.T) {
+	t.Parallel()
 	testenv.Privileged(t)
 	testenv.Need(t, "ping")
 	ns := testenv.Netns(t)

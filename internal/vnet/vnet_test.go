@@ -45,6 +45,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func TestPingAndTracerouteAcrossRouters(t *testing.T) {
+	t.Parallel()
 	nw := startNet(t, "testdata/diamond.yaml")
 	h1, h2 := nw.Node("h1"), addrOf(t, nw, "h2")
 	r, err := h1.Ping(ctxT(t), h2, 1, 56, 64)
@@ -74,6 +75,7 @@ func TestPingAndTracerouteAcrossRouters(t *testing.T) {
 }
 
 func TestFragmentedPingOverSmallMTU(t *testing.T) {
+	t.Parallel()
 	nw := startNet(t, "testdata/diamond.yaml")
 	h1, h2 := nw.Node("h1"), addrOf(t, nw, "h2")
 	r, err := h1.Ping(ctxT(t), h2, 1, 4000, 64) // 1500 then 1280 MTU: fragmented twice over
@@ -86,6 +88,7 @@ func TestFragmentedPingOverSmallMTU(t *testing.T) {
 }
 
 func TestTCPTransferThroughRouters(t *testing.T) {
+	t.Parallel()
 	nw := startNet(t, "testdata/diamond.yaml")
 	h1, h2 := nw.Node("h1"), nw.Node("h2")
 	l, err := h2.Listen(":80")
@@ -124,6 +127,7 @@ func TestTCPTransferThroughRouters(t *testing.T) {
 }
 
 func TestHTTPOverVnet(t *testing.T) {
+	t.Parallel()
 	nw := startNet(t, "testdata/diamond.yaml")
 	l, err := nw.Node("h2").Listen(":8080")
 	if err != nil {
@@ -147,6 +151,7 @@ func TestHTTPOverVnet(t *testing.T) {
 }
 
 func TestSocketErrors(t *testing.T) {
+	t.Parallel()
 	nw := startNet(t, "testdata/diamond.yaml")
 	h1, h2 := nw.Node("h1"), nw.Node("h2")
 	_, err := h1.Dial(ctxT(t), netip.AddrPortFrom(addrOf(t, nw, "h2"), 9).String())
@@ -197,6 +202,7 @@ func TestSocketErrors(t *testing.T) {
 }
 
 func TestLinkDownReroutes(t *testing.T) {
+	t.Parallel()
 	nw := startNet(t, "testdata/diamond.yaml")
 	h1, h2 := nw.Node("h1"), addrOf(t, nw, "h2")
 	direct := nw.Topo.Links[1] // r1-r2
@@ -224,6 +230,7 @@ func TestLinkDownReroutes(t *testing.T) {
 }
 
 func TestMalformedPacketsCountedAndDropped(t *testing.T) {
+	t.Parallel()
 	nw := startNet(t, "testdata/diamond.yaml")
 	r1 := nw.Node("r1")
 	ifc := r1.Ifaces()[0]
@@ -239,6 +246,7 @@ func TestMalformedPacketsCountedAndDropped(t *testing.T) {
 }
 
 func TestBadTopologyIsAUsageError(t *testing.T) {
+	t.Parallel()
 	tp, err := topo.Parse("t.yaml", []byte("name: t\nnodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b]}]\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -280,6 +288,7 @@ func FuzzNodeInput(f *testing.F) {
 }
 
 func TestNodeTalksToItself(t *testing.T) {
+	t.Parallel()
 	nw := startNet(t, "testdata/diamond.yaml")
 	h1 := nw.Node("h1")
 	self := addrOf(t, nw, "h1")

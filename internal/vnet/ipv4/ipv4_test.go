@@ -23,6 +23,7 @@ func refChecksum(b []byte) uint16 {
 }
 
 func TestChecksumMatchesReference(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	for n := 0; n < 200; n++ {
 		b := make([]byte, r.IntN(3000))
@@ -45,6 +46,7 @@ func testHeader() Header {
 }
 
 func TestPutParseRoundTrip(t *testing.T) {
+	t.Parallel()
 	h := testHeader()
 	h.DF = true
 	b := make([]byte, 40)
@@ -63,6 +65,7 @@ func TestPutParseRoundTrip(t *testing.T) {
 }
 
 func TestDecTTLKeepsChecksumValid(t *testing.T) {
+	t.Parallel()
 	for ttl := 1; ttl < 256; ttl++ {
 		h := testHeader()
 		h.TTL = uint8(ttl)
@@ -77,6 +80,7 @@ func TestDecTTLKeepsChecksumValid(t *testing.T) {
 }
 
 func TestFragmentReassembleAnyOrder(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 4))
 	for trial := 0; trial < 50; trial++ {
 		n := 1 + r.IntN(9000)
@@ -127,6 +131,7 @@ func TestFragmentReassembleAnyOrder(t *testing.T) {
 }
 
 func TestReassemblyTimeoutAndLimit(t *testing.T) {
+	t.Parallel()
 	ra := NewReassembler()
 	ra.MaxBytes = 2000
 	h := testHeader()
@@ -149,6 +154,7 @@ func TestReassemblyTimeoutAndLimit(t *testing.T) {
 // Scattered tiny fragments (each insert costs a pass over the pieces held) and a flood of
 // datagrams are both bounded; the expiry scan is skipped until a deadline can have passed.
 func TestReassemblyBoundsHolesAndDatagrams(t *testing.T) {
+	t.Parallel()
 	ra := NewReassembler()
 	h := testHeader()
 	h.MF = true
@@ -176,6 +182,7 @@ func TestReassemblyBoundsHolesAndDatagrams(t *testing.T) {
 }
 
 func TestDFRefusesFragmentation(t *testing.T) {
+	t.Parallel()
 	h := testHeader()
 	h.DF, h.TotalLen = true, 3000
 	pkt := make([]byte, 3000)
@@ -186,6 +193,7 @@ func TestDFRefusesFragmentation(t *testing.T) {
 }
 
 func TestICMPRoundTrip(t *testing.T) {
+	t.Parallel()
 	b := AppendICMP(nil, &ICMP{Type: ICMPEcho, ID: 5, Seq: 9, Body: []byte("hello")})
 	m, err := ParseICMP(b)
 	if err != nil || m.Type != ICMPEcho || m.ID != 5 || m.Seq != 9 || string(m.Body) != "hello" {

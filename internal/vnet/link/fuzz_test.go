@@ -21,6 +21,7 @@ func FuzzGROSize(f *testing.F) {
 }
 
 func TestGROSizeReadsCmsg(t *testing.T) {
+	t.Parallel()
 	b := make([]byte, unix.CmsgSpace(4))
 	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
 	h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_GRO

@@ -24,6 +24,7 @@ func pair(t *testing.T, mtu int) (*UDP, *UDP) {
 }
 
 func TestUDPLinkCarriesPacketsInOrder(t *testing.T) {
+	t.Parallel()
 	a, b := pair(t, 1500)
 	var mu sync.Mutex
 	var got []string
@@ -60,6 +61,7 @@ func TestUDPLinkCarriesPacketsInOrder(t *testing.T) {
 }
 
 func TestForeignSenderIgnored(t *testing.T) {
+	t.Parallel()
 	a, b := pair(t, 1500)
 	c, _ := pair(t, 1500)
 	got := make(chan []byte, 10)
@@ -83,6 +85,7 @@ func TestForeignSenderIgnored(t *testing.T) {
 
 // The shaper is tested on its own with virtual time: no sleeping, no timing assertions.
 func TestShaperImpairments(t *testing.T) {
+	t.Parallel()
 	mk := func(n int) *[]byte { b := make([]byte, 100); b[0] = byte(n); return &b }
 	run := func(im Impair, n int) (out []*[]byte, s *shaper) {
 		s = newShaper(im)

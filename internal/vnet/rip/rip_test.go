@@ -10,6 +10,7 @@ import (
 )
 
 func TestMessageRoundTrip(t *testing.T) {
+	t.Parallel()
 	m := Message{Command: CmdResponse, Entries: []Entry{
 		{netip.MustParsePrefix("198.18.1.0/24"), 3}, {netip.MustParsePrefix("0.0.0.0/0"), 16}, {netip.MustParsePrefix("198.18.2.4/32"), 0}}}
 	b := Append(nil, &m)
@@ -214,6 +215,7 @@ func line(n int) [][2]int {
 }
 
 func TestConvergesOnLineAndRing(t *testing.T) {
+	t.Parallel()
 	s := newSim(t, 10, line(10))
 	s.converge(t, time.Second, "line start-up")
 	ring := append(line(10), [2]int{9, 0})
@@ -222,6 +224,7 @@ func TestConvergesOnLineAndRing(t *testing.T) {
 }
 
 func TestLinkDownReconvergesWithinOneSecond(t *testing.T) {
+	t.Parallel()
 	ring := append(line(10), [2]int{9, 0})
 	s := newSim(t, 10, ring)
 	s.converge(t, time.Second, "start-up")
@@ -241,6 +244,7 @@ func TestLinkDownReconvergesWithinOneSecond(t *testing.T) {
 }
 
 func TestPartitionPoisonsAndCollects(t *testing.T) {
+	t.Parallel()
 	s := newSim(t, 10, line(10))
 	s.converge(t, time.Second, "start-up")
 	s.setLink(4, false) // split into two halves: unreachable subnets must vanish, not count up
@@ -257,6 +261,7 @@ func TestPartitionPoisonsAndCollects(t *testing.T) {
 }
 
 func TestSplitHorizonPoisonedReverse(t *testing.T) {
+	t.Parallel()
 	s := newSim(t, 3, line(3))
 	s.converge(t, time.Second, "start-up")
 	s.sent = nil
@@ -282,6 +287,7 @@ func TestSplitHorizonPoisonedReverse(t *testing.T) {
 }
 
 func TestSilentNeighbourExpires(t *testing.T) {
+	t.Parallel()
 	s := newSim(t, 3, line(3))
 	s.converge(t, time.Second, "start-up")
 	s.down[0] = true // link 0-1 silently drops everything; interfaces stay up
@@ -298,6 +304,7 @@ func TestSilentNeighbourExpires(t *testing.T) {
 }
 
 func TestLargeTablesSplitInto64EntryMessages(t *testing.T) {
+	t.Parallel()
 	var edges [][2]int
 	for i := 1; i <= 100; i++ { // a star: router 0 with 100 links
 		edges = append(edges, [2]int{0, i})
@@ -312,6 +319,7 @@ func TestLargeTablesSplitInto64EntryMessages(t *testing.T) {
 }
 
 func TestSpoofedSourceIgnored(t *testing.T) {
+	t.Parallel()
 	s := newSim(t, 2, line(2))
 	s.converge(t, time.Second, "start-up")
 	before := s.routers[0].Stats().Ignored
@@ -323,6 +331,7 @@ func TestSpoofedSourceIgnored(t *testing.T) {
 }
 
 func TestPassiveInterfaceAdvertisedButSilent(t *testing.T) {
+	t.Parallel()
 	clk := clock.NewVirtual()
 	var sentOn []int
 	ifs := []Iface{{Prefix: linkPrefix(0, 0), Peer: linkPrefix(0, 1).Addr(), Up: true},
@@ -343,6 +352,7 @@ func TestPassiveInterfaceAdvertisedButSilent(t *testing.T) {
 // A stub subnet behind a triangle of routers: when it goes away, split horizon alone cannot stop
 // r0 and r1 from counting to infinity through each other; triggered updates must end it fast.
 func TestTriangleLosesStubWithoutLingeringLoop(t *testing.T) {
+	t.Parallel()
 	s := newSim(t, 4, [][2]int{{0, 1}, {1, 2}, {2, 0}, {2, 3}})
 	s.converge(t, time.Second, "start-up")
 	s.clk.Advance(3 * time.Second)
@@ -360,6 +370,7 @@ func TestTriangleLosesStubWithoutLingeringLoop(t *testing.T) {
 // With only our end of a link down, its subnet is still reachable through the ring: the
 // poisoned connected route gives way to a neighbour's at once, not after garbage collection.
 func TestDownedInterfaceSubnetLearnedElsewhere(t *testing.T) {
+	t.Parallel()
 	s := newSim(t, 3, [][2]int{{0, 1}, {1, 2}, {2, 0}})
 	s.converge(t, time.Second, "start-up")
 	s.routers[0].SetIfaceUp(0, false) // link 0 (to router 1) down at router 0 only
@@ -383,6 +394,7 @@ func TestDownedInterfaceSubnetLearnedElsewhere(t *testing.T) {
 }
 
 func TestTableBoundedAgainstFloodingNeighbour(t *testing.T) {
+	t.Parallel()
 	s := newSim(t, 2, line(2))
 	s.converge(t, time.Second, "start-up")
 	peer := linkPrefix(0, 1).Addr()

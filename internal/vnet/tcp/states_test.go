@@ -10,6 +10,7 @@ import (
 )
 
 func TestSimultaneousOpen(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	c1, err := a.mux.Dial(a.addr, 5000, b.addr, 6000)
 	if err != nil {
@@ -29,6 +30,7 @@ func TestSimultaneousOpen(t *testing.T) {
 }
 
 func TestSimultaneousCloseGoesThroughClosing(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	n.keep = true
 	c, s := connect(t, n, a, b)
@@ -55,6 +57,7 @@ func TestSimultaneousCloseGoesThroughClosing(t *testing.T) {
 }
 
 func TestActiveCloseAndTimeWaitReacksFIN(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	c, s := connect(t, n, a, b)
 	_ = c.Close()
@@ -79,6 +82,7 @@ func TestActiveCloseAndTimeWaitReacksFIN(t *testing.T) {
 }
 
 func TestHalfCloseKeepsOtherDirection(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	c, s := connect(t, n, a, b)
 	if err := c.CloseWrite(); err != nil {
@@ -94,6 +98,7 @@ func TestHalfCloseKeepsOtherDirection(t *testing.T) {
 }
 
 func TestConnectToClosedPortIsRefused(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	c, err := a.mux.Dial(a.addr, 0, b.addr, 81)
 	if err != nil {
@@ -109,6 +114,7 @@ func TestConnectToClosedPortIsRefused(t *testing.T) {
 }
 
 func TestPortInUse(t *testing.T) {
+	t.Parallel()
 	_, _, b := newTestNet(t, testConfig())
 	if _, err := b.mux.Listen(b.addr, 80); err != nil {
 		t.Fatal(err)
@@ -128,6 +134,7 @@ func inject(h *testHost, from netip.Addr, s *Segment) {
 }
 
 func TestRSTChallengeACK(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	n.keep = true
 	c, s := connect(t, n, a, b)
@@ -156,6 +163,7 @@ func TestRSTChallengeACK(t *testing.T) {
 }
 
 func TestZeroWindowPersistProbes(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig()
 	cfg.RecvBuf = 64 << 10
 	n, a, b := newTestNet(t, cfg)
@@ -182,6 +190,7 @@ func TestZeroWindowPersistProbes(t *testing.T) {
 }
 
 func TestRTOBackoffFloorAndTimeout(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig()
 	cfg.MinRTO = 300 * time.Millisecond
 	cfg.MaxRetries = 5
@@ -220,6 +229,7 @@ func TestRTOBackoffFloorAndTimeout(t *testing.T) {
 }
 
 func TestNagleCoalescesSmallWrites(t *testing.T) {
+	t.Parallel()
 	for _, nagle := range []bool{true, false} {
 		cfg := testConfig()
 		cfg.Nagle = nagle
@@ -248,6 +258,7 @@ func TestNagleCoalescesSmallWrites(t *testing.T) {
 }
 
 func TestDelayedAck(t *testing.T) {
+	t.Parallel()
 	for _, delayed := range []bool{true, false} {
 		cfg := testConfig()
 		cfg.DelayedAck = delayed
@@ -277,6 +288,7 @@ func TestDelayedAck(t *testing.T) {
 }
 
 func TestKeepaliveDetectsDeadPeer(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig()
 	n, a, b := newTestNet(t, cfg)
 	c, s := connect(t, n, a, b)
@@ -294,6 +306,7 @@ func TestKeepaliveDetectsDeadPeer(t *testing.T) {
 }
 
 func TestOptionsOffWhenPeerLacksThem(t *testing.T) {
+	t.Parallel()
 	n, a, _ := newTestNet(t, testConfig())
 	old := testConfig()
 	old.SACK, old.Timestamps, old.WindowScale = false, false, false
@@ -312,6 +325,7 @@ func TestOptionsOffWhenPeerLacksThem(t *testing.T) {
 }
 
 func TestCloseWithUnreadDataResets(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	c, s := connect(t, n, a, b)
 	_, _ = c.Write([]byte("unread"))
@@ -324,6 +338,7 @@ func TestCloseWithUnreadDataResets(t *testing.T) {
 }
 
 func TestInvalidStateAndClosed(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	c, s := connect(t, n, a, b)
 	_ = c.Close()
@@ -337,6 +352,7 @@ func TestInvalidStateAndClosed(t *testing.T) {
 }
 
 func TestListenBacklogAndAcceptMany(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig()
 	n, a, b := newTestNet(t, cfg)
 	l, _ := b.mux.Listen(netip.Addr{}, 80)
@@ -364,6 +380,7 @@ func TestListenBacklogAndAcceptMany(t *testing.T) {
 }
 
 func TestFinWait2TimesOutAfterClose(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	c, s := connect(t, n, a, b)
 	_ = c.Close()
@@ -376,6 +393,7 @@ func TestFinWait2TimesOutAfterClose(t *testing.T) {
 }
 
 func TestTailLossProbeAvoidsTimeout(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	c, s := connect(t, n, a, b)
 	data := randomData(100*1448, 11)
@@ -409,6 +427,7 @@ func TestTailLossProbeAvoidsTimeout(t *testing.T) {
 }
 
 func TestLostRetransmissionDetectedWithoutTimeout(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig()
 	cfg.SendBuf, cfg.RecvBuf = 4<<20, 4<<20 // room to send new data during recovery
 	n, a, b := newTestNet(t, cfg)
@@ -431,6 +450,7 @@ func TestLostRetransmissionDetectedWithoutTimeout(t *testing.T) {
 }
 
 func TestTimeWaitReusedByNewerSYNAndIgnoresRST(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	l, _ := b.mux.Listen(b.addr, 80)
 	c, err := a.mux.Dial(a.addr, 4000, b.addr, 80)
@@ -458,6 +478,7 @@ func TestTimeWaitReusedByNewerSYNAndIgnoresRST(t *testing.T) {
 // A data segment that also carries SACK blocks has less room for payload: the sender must send
 // fewer bytes, account for exactly what it sent, and put its FIN after the last byte.
 func TestSACKOptionsShrinkPayloadNotStream(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	c, s := connect(t, n, a, b)
 	dropped := false
@@ -493,6 +514,7 @@ func TestSACKOptionsShrinkPayloadNotStream(t *testing.T) {
 // With our receive window shut, a segment at RCV.NXT still delivers its ACK (RFC 9293 3.10.7.4):
 // its data is dropped, and the probe is answered at once.
 func TestZeroWindowStillProcessesACK(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig()
 	cfg.RecvBuf = 64 << 10
 	n, a, b := newTestNet(t, cfg)
@@ -535,6 +557,7 @@ func TestZeroWindowStillProcessesACK(t *testing.T) {
 // A peer announcing an absurdly small MSS (the SACK-panic pattern, CVE-2019-11477) gets
 // Linux's floor of 88 bytes, so segment sizes stay positive with every option on.
 func TestTinyPeerMSSIsClamped(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	l, err := b.mux.Listen(b.addr, 80)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 )
 
 func TestHandshakeAndTransfer(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	c, s := connect(t, n, a, b)
 	if ci := c.Info(); !ci.SACK || !ci.Timestamps || ci.WScale[1] == 0 {
@@ -28,6 +29,7 @@ func closeBoth(t *testing.T, n *testNet, c, s *Conn) {
 }
 
 func TestTransferAcrossSequenceWraparound(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig()
 	isn := uint32(0xffffffff - 100000)
 	cfg.ISN = func() uint32 { isn += 1000; return isn }
@@ -39,6 +41,7 @@ func TestTransferAcrossSequenceWraparound(t *testing.T) {
 }
 
 func TestLossyLinkAllRecoveryModes(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cc   string
@@ -62,6 +65,7 @@ func TestLossyLinkAllRecoveryModes(t *testing.T) {
 }
 
 func TestFastRetransmitOnSingleLoss(t *testing.T) {
+	t.Parallel()
 	for _, sack := range []bool{true, false} {
 		cfg := testConfig()
 		cfg.SACK = sack

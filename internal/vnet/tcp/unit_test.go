@@ -7,6 +7,7 @@ import (
 )
 
 func TestSeqWraparoundComparisons(t *testing.T) {
+	t.Parallel()
 	a, b := Seq(0xfffffff0), Seq(0x10)
 	if !a.LT(b) || !b.GT(a) || b.Diff(a) != 0x20 || a.Add(0x20) != b {
 		t.Fatal("comparisons across 2^32 wrong")
@@ -14,6 +15,7 @@ func TestSeqWraparoundComparisons(t *testing.T) {
 }
 
 func TestRenoWindowRules(t *testing.T) {
+	t.Parallel()
 	r := &Reno{}
 	s := CCState{MSS: 1000}
 	r.Init(&s)
@@ -43,6 +45,7 @@ func TestRenoWindowRules(t *testing.T) {
 }
 
 func TestCubicBacksOffByBetaAndRegrows(t *testing.T) {
+	t.Parallel()
 	c := &Cubic{}
 	s := CCState{MSS: 1000, SRTT: 10 * time.Millisecond}
 	c.Init(&s)
@@ -62,6 +65,7 @@ func TestCubicBacksOffByBetaAndRegrows(t *testing.T) {
 }
 
 func TestScoreboardAndLossBoundary(t *testing.T) {
+	t.Parallel()
 	var sb scoreboard
 	una, max := Seq(1000), Seq(20000)
 	sb.Add(Block{5000, 6000}, una, max)
@@ -89,6 +93,7 @@ func TestScoreboardAndLossBoundary(t *testing.T) {
 }
 
 func TestOutOfOrderQueueMergesAndReportsSACK(t *testing.T) {
+	t.Parallel()
 	var q oooQueue
 	q.Insert(300, make([]byte, 100))
 	q.Insert(100, make([]byte, 100))
@@ -107,6 +112,7 @@ func TestOutOfOrderQueueMergesAndReportsSACK(t *testing.T) {
 }
 
 func TestRTTEstimatorRFC6298(t *testing.T) {
+	t.Parallel()
 	n, a, _ := newTestNet(t, testConfig())
 	c := newConn(a.mux, Tuple{a.addr, 1, netip.MustParseAddr("198.18.0.2"), 2})
 	_ = n
@@ -128,6 +134,7 @@ func TestRTTEstimatorRFC6298(t *testing.T) {
 }
 
 func TestPAWSDropsOldTimestamp(t *testing.T) {
+	t.Parallel()
 	n, a, b := newTestNet(t, testConfig())
 	_, s := connect(t, n, a, b)
 	id := s.ID()
@@ -140,6 +147,7 @@ func TestPAWSDropsOldTimestamp(t *testing.T) {
 }
 
 func TestRingGrowsAndWraps(t *testing.T) {
+	t.Parallel()
 	r := newRing(100000)
 	if len(r.buf) != ringStart || r.Cap() != 100000 {
 		t.Fatalf("start %d cap %d", len(r.buf), r.Cap())
@@ -162,6 +170,7 @@ func TestRingGrowsAndWraps(t *testing.T) {
 // Out-of-order data extends runs in place and the number of holes is bounded, so a peer
 // scattering single bytes cannot make the receiver allocate per byte without limit.
 func TestOutOfOrderQueueBoundsHoles(t *testing.T) {
+	t.Parallel()
 	var q oooQueue
 	for k := 0; k < 2*maxRuns; k++ {
 		q.Insert(Seq(1000+2*k), []byte{byte(k)})
