@@ -5,6 +5,7 @@ import (
 
 	"github.com/flowplane/flowplane/internal/packet"
 	"github.com/flowplane/flowplane/internal/progtest"
+	"github.com/flowplane/flowplane/internal/stats"
 	"github.com/flowplane/flowplane/internal/testenv"
 )
 
@@ -50,15 +51,9 @@ func TestLossProgram(t *testing.T) {
 			}
 		}
 		progtest.RunTable(t, objs.LabLoss, cases)
-		var counts [2]uint64
-		for key := range counts {
-			var perCPU []uint64
-			if err := objs.LossStats.Lookup(uint32(key), &perCPU); err != nil {
-				t.Fatal(err)
-			}
-			for _, v := range perCPU {
-				counts[key] += v
-			}
+		counts, err := stats.All(objs.LossStats)
+		if err != nil {
+			t.Fatal(err)
 		}
 		if counts[lossLossStatLOSS_STAT_PASSED] != c.passed || counts[lossLossStatLOSS_STAT_DROPPED] != c.dropped {
 			t.Errorf("%g%%: passed %d dropped %d, want %d and %d", c.percent, counts[0], counts[1], c.passed, c.dropped)

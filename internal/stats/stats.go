@@ -14,11 +14,17 @@ func Sum(m *ebpf.Map, key uint32) (uint64, error) {
 	if err := m.Lookup(key, &perCPU); err != nil {
 		return 0, fmt.Errorf("read counter %d of %s: %w", key, m, err)
 	}
+	return Total(perCPU), nil
+}
+
+// Total sums one per-CPU value: for per-CPU maps keyed otherwise than by a reason enum (a
+// per-CPU hash read with an iterator).
+func Total(perCPU []uint64) uint64 {
 	var n uint64
 	for _, v := range perCPU {
 		n += v
 	}
-	return n, nil
+	return n
 }
 
 // All returns every counter of m (keys 0 … max_entries-1), each summed over every CPU.

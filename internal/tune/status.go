@@ -154,10 +154,7 @@ func ReadStatus(name string, k Kernel) (*Status, error) {
 	var ev []uint64
 	it := m.TuneErrors.Iterate()
 	for it.Next(&ek, &ev) {
-		var n uint64
-		for _, v := range ev {
-			n += v
-		}
+		n := stats.Total(ev)
 		e := int(-ek.Err)
 		errs[Setting(ek.Setting)] = append(errs[Setting(ek.Setting)], ErrnoStatus{Errno: e, Name: unix.ErrnoName(unix.Errno(e)), Count: n})
 	}

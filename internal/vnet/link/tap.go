@@ -121,14 +121,7 @@ func (t *TAP) frame(f []byte, handle func([]byte)) {
 	switch binary.BigEndian.Uint16(f[12:]) {
 	case etherIPv4:
 		t.learn(src)
-		p := f[ethHeader:]
-		if len(p) > t.mtu {
-			t.Stats.RxLarge.Add(1)
-			return
-		}
-		t.Stats.RxPackets.Add(1)
-		t.Stats.RxBytes.Add(uint64(len(p)))
-		handle(p)
+		t.Stats.receive(f[ethHeader:], t.mtu, handle)
 	case etherARP:
 		t.arp(f[ethHeader:], src)
 	default:

@@ -24,6 +24,17 @@ type Stats struct {
 }
 
 // UDP is one end of a virtual link carried in UDP datagrams.
+// receive counts packet p and hands it up, or counts it as too large for mtu and drops it.
+func (s *Stats) receive(p []byte, mtu int, handle func([]byte)) {
+	if len(p) > mtu {
+		s.RxLarge.Add(1)
+		return
+	}
+	s.RxPackets.Add(1)
+	s.RxBytes.Add(uint64(len(p)))
+	handle(p)
+}
+
 type UDP struct {
 	conn   *net.UDPConn
 	pc     *xipv4.PacketConn
@@ -149,13 +160,7 @@ func (u *UDP) reader(handle func([]byte), flush func()) {
 			for len(data) > 0 {
 				p := data[:min(seg, len(data))]
 				data = data[len(p):]
-				if len(p) > u.mtu {
-					u.Stats.RxLarge.Add(1)
-					continue
-				}
-				u.Stats.RxPackets.Add(1)
-				u.Stats.RxBytes.Add(uint64(len(p)))
-				handle(p)
+				u.Stats.receive(p, u.mtu, handle)
 			}
 		}
 		flush()

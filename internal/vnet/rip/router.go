@@ -262,9 +262,15 @@ func (r *Router) sendTriggered(now time.Duration) {
 	r.triggerPending = false
 	r.lastTriggered = now
 	r.stats.Triggered++
+	r.updateAll(true)
+}
+
+// updateAll sends an update (triggered: only the changed routes) on every interface that is up;
+// afterwards no route is changed any more.
+func (r *Router) updateAll(triggered bool) {
 	for i, ifc := range r.ifaces {
 		if ifc.Up {
-			r.update(i, true)
+			r.update(i, triggered)
 		}
 	}
 	for _, rt := range r.routes {
@@ -329,14 +335,7 @@ func (r *Router) tick() {
 	}
 	if now >= r.nextPeriodic {
 		if r.cfg.Advertise {
-			for i, ifc := range r.ifaces {
-				if ifc.Up {
-					r.update(i, false)
-				}
-			}
-			for _, rt := range r.routes {
-				rt.changed = false
-			}
+			r.updateAll(false)
 			r.triggerPending = false
 		}
 		// A little jitter keeps routers from synchronising (RFC 2453 3.8).
