@@ -123,6 +123,7 @@ func TestSignalStopsCleanly(t *testing.T) {
 
 func TestLabLifecycle(t *testing.T) {
 	testenv.Privileged(t)
+	testenv.Need(t, "ping")
 	name := "c" + testenv.Name("")[2:]
 	file := filepath.Join(t.TempDir(), "lab.yaml")
 	if err := os.WriteFile(file, []byte("nodes: {h1: {env: {X: y}}, r1: {kind: router}, h2: {}}\nlinks:\n  - endpoints: [h1, r1]\n  - endpoints: [r1, h2]\n    loss: 0\n"), 0o644); err != nil {

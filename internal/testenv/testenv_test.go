@@ -2,7 +2,10 @@ package testenv_test
 
 import (
 	"net/netip"
+	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flowplane/flowplane/internal/nsrun"
@@ -26,4 +29,34 @@ func TestVethPairBetweenNamespaces(t *testing.T) {
 	if out, err := nsrun.Output(b, exec.Command("ping", "-6", "-c1", "-W2", "fd00:250::1")); err != nil {
 		t.Fatalf("ping -6 across %s/%s: %v\n%s", v6a.Name, v6b.Name, err, out)
 	}
+}
+
+// TestUnavailableSkipsOrFails runs TestUnavailableHelper in a child test binary: outside CI
+// the guard skips it, with CI=true it fails it, naming what is missing.
+func TestUnavailableSkipsOrFails(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		ci       string
+		wantFail bool
+		want     string
+	}{
+		{"", false, "--- SKIP: TestUnavailableHelper"},
+		{"true", true, "cannot run in CI (CI=true): fpnosuchtool is not installed; `make setup` installs it"},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestUnavailableHelper$", "-test.v")
+		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "CI=") }),
+			"FPTESTENV_HELPER=1", "CI="+c.ci)
+		out, err := cmd.CombinedOutput()
+		if (err != nil) != c.wantFail || !strings.Contains(string(out), c.want) {
+			t.Errorf("CI=%q: %v, want failure %v and %q in:\n%s", c.ci, err, c.wantFail, c.want, out)
+		}
+	}
+}
+
+func TestUnavailableHelper(t *testing.T) {
+	if os.Getenv("FPTESTENV_HELPER") != "1" {
+		return // only TestUnavailableSkipsOrFails's child runs it
+	}
+	testenv.Need(t, "fpnosuchtool")
+	t.Error("Need let the test go on without the tool")
 }

@@ -62,9 +62,11 @@ func Up(t testing.TB, yaml string) *lab.Lab {
 	return l
 }
 
-// Run runs a command on node and returns its combined output, failing t if it fails.
+// Run runs a command on node and returns its combined output, failing t if it fails. A
+// command that is not installed stops t through testenv.Need.
 func Run(t testing.TB, l *lab.Lab, node string, args ...string) string {
 	t.Helper()
+	testenv.Need(t, args[0])
 	out, err := Try(l, node, args...)
 	if err != nil {
 		t.Fatalf("%s on %s: %v\n%s", strings.Join(args, " "), node, err, out)
