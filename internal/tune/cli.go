@@ -140,7 +140,11 @@ func RunIn(ctx context.Context, cgroup string, argv []string, stdin io.Reader, s
 	if err := c.Run(); err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return &exitError{code: ee.ExitCode(), err: err}
+			code := ee.ExitCode()
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				code = 128 + int(ws.Signal()) // as a shell reports it
+			}
+			return &exitError{code: code, err: err}
 		}
 		return fmt.Errorf("run %s: %w", argv[0], err)
 	}
@@ -168,6 +172,7 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) ExitCode() int { return e.code }
+func (e *exitError) Unwrap() error { return e.err }
 
 func explainCmd(name *string) *cobra.Command {
 	var local, policy string

@@ -2,14 +2,18 @@ package tune
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/pin"
@@ -144,5 +148,38 @@ func TestRemoveMovesProcesses(t *testing.T) {
 	}
 	if !slices.Contains(strings.Fields(string(procs)), strconv.Itoa(sleep.Process.Pid)) {
 		t.Errorf("process %d was not moved to the parent cgroup %s", sleep.Process.Pid, root)
+	}
+}
+
+// TestRunInStopsOnCancel: `tune run` passes flowplane's SIGINT/SIGTERM (its context ending) on
+// to the command as SIGTERM and returns once the command has ended.
+func TestRunInStopsOnCancel(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	cg := testCgroup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- RunIn(ctx, cg, []string{"sleep", "60"}, nil, io.Discard, io.Discard) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		procs, err := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(strings.Fields(string(procs))) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command never appeared in the cgroup")
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if code := cli.ExitCode(err); code != 128+int(syscall.SIGTERM) {
+			t.Errorf("RunIn after cancel: %v (exit code %d), want the command ended by SIGTERM (143)", err, code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunIn still running 10 s after its context ended")
 	}
 }
