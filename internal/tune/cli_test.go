@@ -21,13 +21,13 @@ import (
 	"github.com/flowplane/flowplane/internal/testenv"
 )
 
+// runCLI runs `flowplane tune args...` under the binary's root (its flags and usage errors).
 func runCLI(args ...string) (string, error) {
-	cmd := Command()
+	cmd := cli.Root("flowplane", "", Command())
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)
-	cmd.SetArgs(args)
-	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	cmd.SetArgs(append([]string{"tune"}, args...))
 	err := cmd.Execute()
 	return out.String(), err
 }
