@@ -334,6 +334,18 @@ func TestRecycledPagesRestored(t *testing.T) {
 	}
 }
 
+// TestHeadMaxMatchesProgram: the Go side's template buffer is the program's head[] (its size is
+// XDPGEN_HEAD_MAX, read from the compiled object, not from the C source).
+func TestHeadMaxMatchesProgram(t *testing.T) {
+	spec, err := loadXdpgen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := spec.Variables["head"].Size(); n != headMax {
+		t.Errorf("the program's head holds %d bytes, Go's headMax is %d", n, headMax)
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	udp := packet.IP("198.18.0.1", "198.18.0.2").UDP(65000, 9).Bytes()
 	arp := append(make([]byte, 12), 0x08, 0x06, 0, 1)
