@@ -70,17 +70,23 @@ func TestUsageErrorsExit2(t *testing.T) {
 	}
 }
 
-// TestVerboseIsGlobal: one -v for the whole binary, before or after the subcommand.
+// TestVerboseIsGlobal: one -v for the whole binary, before or after the subcommand; vnet's
+// protocol events (debug level) show with it and only with it.
 func TestVerboseIsGlobal(t *testing.T) {
 	t.Parallel()
 	topology := "../../internal/vnet/testdata/line.yaml"
-	for _, args := range [][]string{
-		{"-v", "vnet", "exec", topology, "-c", "h1 ping 198.18.2.2 1"},
-		{"vnet", "exec", "--verbose", topology, "-c", "h1 ping 198.18.2.2 1"},
+	script := []string{"-c", "h1 send 198.18.2.2 hi", "-c", "sleep 300ms"}
+	for _, c := range []struct {
+		args  []string
+		debug bool
+	}{
+		{append([]string{"-v", "vnet", "exec", topology}, script...), true},
+		{append([]string{"vnet", "exec", "--verbose", topology}, script...), true},
+		{append([]string{"vnet", "exec", topology}, script...), false},
 	} {
-		out, stderr, code := flowplane(t, args...)
-		if code != 0 || !strings.Contains(out, "bytes from 198.18.2.2") {
-			t.Errorf("flowplane %s: exit %d\n%s%s", strings.Join(args, " "), code, out, stderr)
+		out, stderr, code := flowplane(t, c.args...)
+		if code != 0 || strings.Contains(stderr, `level=DEBUG msg="test message"`) != c.debug {
+			t.Errorf("flowplane %s: exit %d, want 0 and debug messages %v\n%s%s", strings.Join(c.args, " "), code, c.debug, out, stderr)
 		}
 	}
 }
@@ -122,6 +128,7 @@ func TestSignalStopsCleanly(t *testing.T) {
 }
 
 func TestLabLifecycle(t *testing.T) {
+	t.Parallel()
 	testenv.Privileged(t)
 	testenv.Need(t, "ping")
 	name := "c" + testenv.Name("")[2:]

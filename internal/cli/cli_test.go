@@ -60,15 +60,16 @@ func TestArgChecks(t *testing.T) {
 	}
 }
 
-// testRoot is a root with a group "lab" holding "up FILE" (which logs at debug level).
+// testRoot is a root with a group "lab" holding "up FILE" (which says whether slog's default
+// logs debug messages).
 func testRoot(out *bytes.Buffer) *cobra.Command {
 	lab := &cobra.Command{Use: "lab", Short: "labs"}
 	lab.AddCommand(&cobra.Command{
 		Use:  "up FILE",
 		Args: ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			slog.Debug("bringing up", "file", args[0])
-			fmt.Fprintln(cmd.OutOrStdout(), "up", args[0])
+			debug := slog.Default().Enabled(cmd.Context(), slog.LevelDebug)
+			fmt.Fprintf(cmd.OutOrStdout(), "up %s debug=%v\n", args[0], debug)
 			return cmd.Context().Err()
 		},
 	})
@@ -87,9 +88,9 @@ func TestRoot(t *testing.T) {
 		want    string // in the error, or else in the output
 		notWant string // not in the output
 	}{
-		{[]string{"lab", "up", "x.yaml"}, 0, "up x.yaml", "bringing up"},
-		{[]string{"-v", "lab", "up", "x.yaml"}, 0, "level=DEBUG msg=\"bringing up\" file=x.yaml", ""},
-		{[]string{"lab", "up", "--verbose", "x.yaml"}, 0, "bringing up", ""},
+		{[]string{"lab", "up", "x.yaml"}, 0, "up x.yaml debug=false", ""},
+		{[]string{"-v", "lab", "up", "x.yaml"}, 0, "up x.yaml debug=true", ""},
+		{[]string{"lab", "up", "--verbose", "x.yaml"}, 0, "up x.yaml debug=true", ""},
 		{[]string{"nosuch"}, 2, `unknown command "nosuch" for "fp"`, ""},
 		{[]string{"lab", "dwon"}, 2, `unknown command "dwon" for "fp lab"`, ""},
 		{[]string{"lb"}, 2, "did you mean lab?", ""},

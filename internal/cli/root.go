@@ -2,6 +2,7 @@ package cli
 
 import (
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -19,12 +20,13 @@ func Root(use, short string, subcommands ...*cobra.Command) *cobra.Command {
 		SilenceErrors: true,
 	}
 	verbose := root.PersistentFlags().BoolP("verbose", "v", false, "log debug messages")
-	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+	root.PersistentPreRun = func(*cobra.Command, []string) {
 		level := slog.LevelInfo
 		if *verbose {
 			level = slog.LevelDebug
 		}
-		slog.SetDefault(slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})))
+		// The process's stderr, not cmd.ErrOrStderr(): the default logger outlives the command.
+		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 	}
 	// Subcommands inherit the flag error function.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return Usage(err) })
