@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf/rlimit"
@@ -34,12 +36,16 @@ func main() {
 	rounds := flag.Int("rounds", 5, "measurements per path")
 	secs := flag.Int("seconds", 3, "seconds per iperf3 run")
 	flag.Parse()
-	if err := run(*rounds, *secs); err != nil {
+	// Ctrl-C ends the running iperf3 and still takes the lab down.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, *rounds, *secs)
+	stop()
+	if err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(rounds, secs int) error {
+func run(ctx context.Context, rounds, secs int) error {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return err
 	}
@@ -53,7 +59,6 @@ func run(rounds, secs int) error {
 		return err
 	}
 	defer lab.Down(name)
-	ctx := context.Background()
 	paths := []struct{ name, client, server string }{
 		{"veth, no program", "a1", "b1"},
 		{"veth + loss program at 0%", "a2", "b2"},
