@@ -32,8 +32,8 @@ import (
 
 	"github.com/flowplane/flowplane/bench/report"
 	"github.com/flowplane/flowplane/internal/conntrack"
+	"github.com/flowplane/flowplane/internal/conntrack/ctperf"
 	"github.com/flowplane/flowplane/internal/lab"
-	"github.com/flowplane/flowplane/internal/lab/labtest"
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/packet"
 	"github.com/flowplane/flowplane/internal/pin"
@@ -191,11 +191,11 @@ func run(ctx context.Context) error {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	name := "cb" + hex.EncodeToString(b)
-	top, err := lab.Parse("bench-conntrack.yaml", []byte(labtest.XDPRouter), name)
+	top, err := lab.Parse("bench-conntrack.yaml", []byte(lab.XDPRouter), name)
 	if err != nil {
 		return err
 	}
-	l, err := lab.Up("bench-conntrack.yaml", []byte(labtest.XDPRouter), top)
+	l, err := lab.Up("bench-conntrack.yaml", []byte(lab.XDPRouter), top)
 	if err != nil {
 		return fmt.Errorf("lab up: %w", err)
 	}
@@ -818,7 +818,7 @@ func (b *bench) nsPerPacket() (time.Duration, time.Duration, error) {
 		if err != nil {
 			return err
 		}
-		per, base, err = conntrack.NsPerPacketWithBaseline(b.h1, b.h2, in.Index, out.Index, 50000)
+		per, base, err = ctperf.NsPerPacketWithBaseline(b.h1, b.h2, in.Index, out.Index, 50000)
 		return err
 	})
 	return per, base, err

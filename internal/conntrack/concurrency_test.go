@@ -1,12 +1,12 @@
 package conntrack
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/progrun"
 )
 
 // TestConcurrentUpdates hammers one TCP connection from both directions and opens and confirms
@@ -28,24 +28,24 @@ func TestConcurrentUpdates(t *testing.T) {
 			errs <- nsrun.Do(f.ns, func() error {
 				prog := f.d.Program()
 				send := func(frame []byte, ifindex int) (uint32, error) {
-					ctx := xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex)}
-					return prog.Run(&ebpf.RunOptions{Data: frame, Context: ctx})
+					r, err := progrun.Exec(prog, frame, ifindex)
+					return r.Ret, err
 				}
 				for i := 0; i < rounds; i++ {
 					// Client data inside the first 1000 bytes; server ACKs of the start.
 					if ret, err := send(tcp(true, "PA", ci+1+uint32(i%100)*10, si+1, 10), f.in.Index); err != nil || ret != xdpRedirect {
-						return errorf("client segment %d: verdict %d, %v", i, ret, err)
+						return fmt.Errorf("client segment %d: verdict %d, %v", i, ret, err)
 					}
 					if ret, err := send(tcp(false, "A", si+1, ci+1, 0), f.out.Index); err != nil || ret != xdpRedirect {
-						return errorf("server ack %d: verdict %d, %v", i, ret, err)
+						return fmt.Errorf("server ack %d: verdict %d, %v", i, ret, err)
 					}
 					if i < flows {
 						sport := uint16(10000 + w*flows + i)
 						if ret, err := send(udp(true, sport, 53), f.in.Index); err != nil || ret != xdpRedirect {
-							return errorf("udp query %d: verdict %d, %v", i, ret, err)
+							return fmt.Errorf("udp query %d: verdict %d, %v", i, ret, err)
 						}
 						if ret, err := send(udp(false, sport, 53), f.out.Index); err != nil || ret != xdpRedirect {
-							return errorf("udp reply %d: verdict %d, %v", i, ret, err)
+							return fmt.Errorf("udp reply %d: verdict %d, %v", i, ret, err)
 						}
 					}
 				}

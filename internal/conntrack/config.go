@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/config"
 	"gopkg.in/yaml.v3"
 )
 
@@ -42,45 +43,155 @@ func DefaultTimeouts() map[string]time.Duration {
 // Config is what `conntrack run` is told: interfaces from the flags, the rest from the
 // optional YAML file.
 type Config struct {
-	Inside  []string `yaml:"-"`
-	Outside []string `yaml:"-"`
+	Inside  []string
+	Outside []string
 	// Mode is "firewall" (drop what the policy refuses) or "track" (observe only).
-	Mode string `yaml:"mode"`
+	Mode string
 	// Hook is where the program runs: "xdp" (default) or "tc" (tcx ingress, after GRO).
-	Hook string `yaml:"hook"`
+	Hook string
 	// Liberal accepts TCP segments outside the tracked window (nf's tcp_be_liberal).
-	Liberal bool `yaml:"liberal"`
+	Liberal bool
 	// TCPLoose lets an ACK from inside pick up a connection whose handshake was not seen
 	// (nf_conntrack_tcp_loose; default true, as nf's).
-	TCPLoose *bool `yaml:"tcp_loose"`
+	TCPLoose *bool
 	// Timeouts override DefaultTimeouts by name ("tcp_established": "1h").
-	Timeouts map[string]string `yaml:"timeouts"`
+	Timeouts map[string]string
 	Allow    struct {
 		// Ports outside may open connections to: "tcp/22", "udp/53", "icmp".
-		Ports []string `yaml:"ports"`
+		Ports []string
 		// Prefixes outside may open connections to.
-		Prefixes []string `yaml:"prefixes"`
-	} `yaml:"allow"`
+		Prefixes []string
+	}
 	Table struct {
-		Confirmed   uint32 `yaml:"confirmed"`
-		Unconfirmed uint32 `yaml:"unconfirmed"`
-	} `yaml:"table"`
+		Confirmed   uint32
+		Unconfirmed uint32
+	}
 }
 
-// LoadConfig reads a YAML config file; a missing path gives the defaults.
+// LoadConfig reads a YAML config file; a missing path gives the defaults. Every problem in the
+// file is reported at once, each with its line and field.
 func LoadConfig(path string) (*Config, error) {
-	c := &Config{}
 	if path == "" {
-		return c, nil
+		return &Config{}, nil
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
+	return decodeConfig(path, data)
+}
+
+var configKeys = []string{"mode", "hook", "liberal", "tcp_loose", "timeouts", "allow", "table"}
+
+func decodeConfig(file string, data []byte) (*Config, error) {
+	c := &Config{}
+	el := &config.Collector{File: file}
+	root := el.Root(data, "leave it out to use the defaults, or write e.g. `mode: firewall`")
+	if root == nil {
+		return nil, el.Err()
+	}
+	boolean := func(v *yaml.Node, f string) (bool, bool) {
+		s, ok := el.Scalar(v, f)
+		if !ok {
+			return false, false
+		}
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			el.Add(v.Line, f, "%q is not true or false", s)
+			return false, false
+		}
+		return b, true
+	}
+	list := func(v *yaml.Node, f string, check func(string) error) []string {
+		if v.Kind != yaml.SequenceNode {
+			el.Add(v.Line, f, "must be a list, e.g. [a, b]")
+			return nil
+		}
+		var out []string
+		for i, e := range v.Content {
+			ef := fmt.Sprintf("%s[%d]", f, i)
+			if s, ok := el.Scalar(e, ef); ok {
+				if err := check(s); err != nil {
+					el.Add(e.Line, ef, "%v", err)
+					continue
+				}
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	tableSize := func(v *yaml.Node, f string) uint32 {
+		s, ok := el.Scalar(v, f)
+		if !ok {
+			return 0
+		}
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil || n == 0 {
+			el.Add(v.Line, f, "%q is not a table size; write a positive number of entries, e.g. 65536", s)
+			return 0
+		}
+		return uint32(n)
+	}
+	el.EachKey(root, "", configKeys, func(key string, v *yaml.Node) {
+		switch key {
+		case "mode":
+			if s, ok := el.Scalar(v, key); ok {
+				if s != "firewall" && s != "track" {
+					el.Add(v.Line, key, "%q: want firewall or track", s)
+				}
+				c.Mode = s
+			}
+		case "hook":
+			if s, ok := el.Scalar(v, key); ok {
+				if s != HookXDP && s != HookTC {
+					el.Add(v.Line, key, "%q: want %s or %s", s, HookXDP, HookTC)
+				}
+				c.Hook = s
+			}
+		case "liberal":
+			c.Liberal, _ = boolean(v, key)
+		case "tcp_loose":
+			if b, ok := boolean(v, key); ok {
+				c.TCPLoose = &b
+			}
+		case "timeouts":
+			c.Timeouts = map[string]string{}
+			el.EachKey(v, key, timeoutNames[1:], func(name string, tv *yaml.Node) {
+				f := config.Join(key, name)
+				if s, ok := el.Scalar(tv, f); ok {
+					if _, err := checkTimeout(name, s); err != nil {
+						el.Add(tv.Line, f, "%v", err)
+					}
+					c.Timeouts[name] = s
+				}
+			})
+		case "allow":
+			el.EachKey(v, key, []string{"ports", "prefixes"}, func(k string, av *yaml.Node) {
+				f := config.Join(key, k)
+				if k == "ports" {
+					c.Allow.Ports = list(av, f, func(s string) error { _, err := parsePortRule(s); return err })
+					return
+				}
+				c.Allow.Prefixes = list(av, f, func(s string) error {
+					_, err := netip.ParsePrefix(s)
+					if err != nil {
+						return fmt.Errorf("%q is not a prefix; write e.g. 198.18.1.0/24 or fd00::/64", s)
+					}
+					return nil
+				})
+			})
+		case "table":
+			el.EachKey(v, key, []string{"confirmed", "unconfirmed"}, func(k string, tv *yaml.Node) {
+				if k == "confirmed" {
+					c.Table.Confirmed = tableSize(tv, config.Join(key, k))
+				} else {
+					c.Table.Unconfirmed = tableSize(tv, config.Join(key, k))
+				}
+			})
+		}
+	})
+	if err := el.Err(); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

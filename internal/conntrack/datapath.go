@@ -79,8 +79,12 @@ func Load(cfg *resolved) (*Datapath, error) {
 	return d, err
 }
 
-// LoadUnpinned loads the program without touching bpffs (tests).
-func LoadUnpinned(cfg *resolved) (*Datapath, error) {
+// LoadUnpinned loads the program without touching bpffs (tests and benchmarks).
+func LoadUnpinned(c *Config) (*Datapath, error) {
+	cfg, err := c.resolve()
+	if err != nil {
+		return nil, err
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}

@@ -1,34 +1,23 @@
 package conntrack
 
 import (
-	"encoding/binary"
-	"fmt"
-	"net"
-	"net/netip"
-	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/cilium/ebpf"
-	"github.com/vishvananda/netlink"
-
 	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/progrun"
+	"github.com/flowplane/flowplane/internal/progtest"
 	"github.com/flowplane/flowplane/internal/testenv"
 )
 
-// Addresses of the PROG_TEST_RUN fixture: a router namespace with an inside and an outside
-// veth, each with one neighbour host.
+// Addresses of the PROG_TEST_RUN fixture (testenv.Router's).
 const (
-	inHost   = "198.18.1.10"
-	outHost  = "198.18.2.10"
-	inHost6  = "fd00:1::10"
-	outHost6 = "fd00:2::10"
+	inHost   = testenv.RouterInHost
+	outHost  = testenv.RouterOutHost
+	inHost6  = testenv.RouterInHost6
+	outHost6 = testenv.RouterOutHost6
 )
 
-var (
-	inMAC  = net.HardwareAddr{0x02, 0, 0, 0, 1, 0x10}
-	outMAC = net.HardwareAddr{0x02, 0, 0, 0, 2, 0x10}
-)
+var inMAC, outMAC = testenv.RouterInMAC, testenv.RouterOutMAC
 
 // fixtureHook is the hook of fixtures whose Config names none (TestTCHook switches it).
 var fixtureHook = HookXDP
@@ -53,76 +42,21 @@ func newFixture(t testing.TB, cfg *Config) *fixture {
 		cfg.Hook = fixtureHook
 	}
 	cfg.Inside, cfg.Outside = []string{"in"}, []string{"out"}
-	r, err := cfg.resolve()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rns, h1, h2 := testenv.Netns(t), testenv.Netns(t), testenv.Netns(t)
-	in, _ := testenv.VethPair(t, rns, h1, netip.MustParsePrefix("198.18.1.1/24"), netip.MustParsePrefix("198.18.1.10/24"))
-	out, _ := testenv.VethPair(t, rns, h2, netip.MustParsePrefix("198.18.2.1/24"), netip.MustParsePrefix("198.18.2.10/24"))
-	f := &fixture{t: t, ns: rns, in: in, out: out}
-	err = nsrun.Do(rns, func() error {
-		for _, s := range []string{"ipv4/ip_forward", "ipv6/conf/all/forwarding"} {
-			if err := os.WriteFile(filepath.Join("/proc/sys/net", s), []byte("1"), 0o644); err != nil {
-				return err
-			}
-		}
-		for _, x := range []struct {
-			v    testenv.Veth
-			addr string
-			mac  net.HardwareAddr
-			self string
-		}{{in, inHost, inMAC, ""}, {in, inHost6, inMAC, "fd00:1::1/64"}, {out, outHost, outMAC, ""}, {out, outHost6, outMAC, "fd00:2::1/64"}} {
-			l, err := netlink.LinkByIndex(x.v.Index)
-			if err != nil {
-				return err
-			}
-			if x.self != "" {
-				a, _ := netlink.ParseAddr(x.self)
-				a.Flags = 0x02
-				if err := netlink.AddrAdd(l, a); err != nil {
-					return err
-				}
-			}
-			fam := netlink.FAMILY_V4
-			if netip.MustParseAddr(x.addr).Is6() {
-				fam = netlink.FAMILY_V6
-			}
-			if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: x.v.Index, Family: fam, State: netlink.NUD_PERMANENT,
-				IP: net.ParseIP(x.addr), HardwareAddr: x.mac}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("set up router namespace: %v", err)
-	}
-	d, err := LoadUnpinned(r)
+	rt := testenv.NewRouter(t)
+	f := &fixture{t: t, ns: rt.NS, in: rt.In, out: rt.Out}
+	d, err := LoadUnpinned(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	if err := d.AddInterface(in.Index, true); err != nil {
+	if err := d.AddInterface(f.in.Index, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.AddInterface(out.Index, false); err != nil {
+	if err := d.AddInterface(f.out.Index, false); err != nil {
 		t.Fatal(err)
 	}
 	f.d, f.tables = d, d.Tables()
 	return f
-}
-
-// xdpMD is struct xdp_md, the context of an XDP test run.
-type xdpMD struct {
-	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
-}
-
-// skbMD is the head of struct __sk_buff, the context of a TC test run, up to ifindex (the
-// kernel zero-fills the rest; len and pkt_type must be zero).
-type skbMD struct {
-	Len, PktType, Mark, QueueMapping, Protocol, VlanPresent, VlanTCI, VlanProto, Priority uint32
-	IngressIfindex, Ifindex                                                               uint32
 }
 
 // TC verdicts (TC_ACT_*).
@@ -160,23 +94,16 @@ func (f *fixture) run(frame []byte, ifindex int) (uint32, []byte) {
 // runRaw is run with the program's own verdict.
 func (f *fixture) runRaw(frame []byte, ifindex int) (uint32, []byte) {
 	f.t.Helper()
-	var ret uint32
-	out := make([]byte, len(frame)+256)
+	var r progtest.Result
 	err := nsrun.Do(f.ns, func() error {
-		var ctx any = xdpMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex)}
-		if f.d.Hook() == HookTC {
-			ctx = skbMD{IngressIfindex: uint32(ifindex), Ifindex: uint32(ifindex)}
-		}
-		opts := &ebpf.RunOptions{Data: frame, DataOut: out, Context: ctx}
 		var err error
-		ret, err = f.d.Program().Run(opts)
-		out = opts.DataOut
+		r, err = progrun.Exec(f.d.Program(), frame, ifindex)
 		return err
 	})
 	if err != nil {
-		f.t.Fatalf("BPF_PROG_TEST_RUN: %v", err)
+		f.t.Fatal(err)
 	}
-	return ret, out
+	return r.Ret, r.Out
 }
 
 // counters reads the program's counters.
@@ -198,7 +125,3 @@ func (f *fixture) entries() []Entry {
 	}
 	return es
 }
-
-var _ = binary.BigEndian
-
-func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

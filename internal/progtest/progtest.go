@@ -12,23 +12,21 @@ import (
 	"github.com/gopacket/gopacket"
 
 	"github.com/flowplane/flowplane/internal/packet"
+	"github.com/flowplane/flowplane/internal/progrun"
 )
 
 // Result is what one run gave back.
-type Result struct {
-	Ret uint32 // the program's return value (XDP action, TC verdict, …)
-	Out []byte // the packet after the program
-}
+type Result = progrun.Result
 
-// Run runs prog once on in. For XDP programs the kernel needs at least an Ethernet header.
+// Run runs prog once on in (Exec with no interface) and fails t on error. For XDP programs the
+// kernel needs at least an Ethernet header.
 func Run(t testing.TB, prog *ebpf.Program, in []byte) Result {
 	t.Helper()
-	opts := &ebpf.RunOptions{Data: in, DataOut: make([]byte, len(in)+256)} // room to grow
-	ret, err := prog.Run(opts)
+	r, err := progrun.Exec(prog, in, 0)
 	if err != nil {
-		t.Fatalf("BPF_PROG_TEST_RUN: %v", err)
+		t.Fatal(err)
 	}
-	return Result{Ret: ret, Out: opts.DataOut} // resliced to the kernel's data_size_out
+	return r
 }
 
 // Case is one row of a table test.
@@ -37,6 +35,8 @@ type Case struct {
 	In   []byte
 	Ret  uint32
 	Out  []byte // nil: don't compare the output packet
+	// Ifindex is the interface the packet arrives on (0: none).
+	Ifindex int
 	// Check, if set, inspects the output packet decoded by gopacket.
 	Check func(t testing.TB, out gopacket.Packet)
 }
@@ -47,7 +47,10 @@ func RunTable(t *testing.T, prog *ebpf.Program, cases []Case) {
 	t.Helper()
 	for _, c := range cases {
 		ok := t.Run(c.Name, func(t *testing.T) {
-			r := Run(t, prog, c.In)
+			r, err := progrun.Exec(prog, c.In, c.Ifindex)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if r.Ret != c.Ret {
 				t.Errorf("verdict %d, want %d", r.Ret, c.Ret)
 			}

@@ -1,4 +1,6 @@
-package conntrack
+// Package ctperf measures conntrack's per-packet cost with BPF_PROG_TEST_RUN. It builds frames
+// with internal/packet (gopacket), so only benchmarks and tests import it, never bin/flowplane.
+package ctperf
 
 import (
 	"fmt"
@@ -9,13 +11,10 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 
+	"github.com/flowplane/flowplane/internal/conntrack"
 	"github.com/flowplane/flowplane/internal/packet"
+	"github.com/flowplane/flowplane/internal/progrun"
 )
-
-// xdpContext is struct xdp_md for BPF_PROG_TEST_RUN.
-type xdpContext struct {
-	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
-}
 
 // NsPerPacket measures the data path's cost for an established TCP connection with
 // BPF_PROG_TEST_RUN: it loads a private copy of the program (nothing attached or pinned) in the
@@ -42,7 +41,7 @@ func NsPerPacketWithBaseline(client, server netip.Addr, inIfindex, outIfindex, r
 	}
 	defer noop.Close()
 	data := packet.IP(client.String(), server.String()).TCP(40000, 5201, "PA").Payload(make([]byte, 1400)).Bytes()
-	_, base, err := noop.Benchmark(data, repeat, nil)
+	_, base, err := progrun.Bench(noop, data, repeat)
 	if err != nil {
 		return 0, 0, fmt.Errorf("baseline benchmark: %w", err)
 	}
@@ -50,11 +49,7 @@ func NsPerPacketWithBaseline(client, server netip.Addr, inIfindex, outIfindex, r
 }
 
 func nsPerPacket(client, server netip.Addr, inIfindex, outIfindex, repeat int) (time.Duration, error) {
-	r, err := (&Config{Inside: []string{"in"}, Outside: []string{"out"}}).resolve()
-	if err != nil {
-		return 0, err
-	}
-	d, err := LoadUnpinned(r)
+	d, err := conntrack.LoadUnpinned(&conntrack.Config{Inside: []string{"in"}, Outside: []string{"out"}})
 	if err != nil {
 		return 0, err
 	}
@@ -75,12 +70,12 @@ func nsPerPacket(client, server netip.Addr, inIfindex, outIfindex, repeat int) (
 		{packet.IP(c, s).TCP(40000, 5201, "A").Seq(1001).Ack(5001).Bytes(), inIfindex},
 	}
 	for i, st := range steps {
-		ret, err := d.Program().Run(&ebpf.RunOptions{Data: st.frame, Context: xdpContext{DataEnd: uint32(len(st.frame)), IngressIfindex: uint32(st.ifindex)}})
+		r, err := progrun.Exec(d.Program(), st.frame, st.ifindex)
 		if err != nil {
 			return 0, fmt.Errorf("handshake packet %d: %w", i, err)
 		}
-		if ret != 4 {
-			return 0, fmt.Errorf("handshake packet %d: verdict %d, want XDP_REDIRECT (routes and neighbours resolved?)", i, ret)
+		if r.Ret != 4 {
+			return 0, fmt.Errorf("handshake packet %d: verdict %d, want XDP_REDIRECT (routes and neighbours resolved?)", i, r.Ret)
 		}
 	}
 	// The same in-window segment again and again: a retransmission, so the state stays put.
@@ -93,7 +88,7 @@ func nsPerPacket(client, server netip.Addr, inIfindex, outIfindex, repeat int) (
 	const batch = 250
 	var pers []time.Duration
 	for runs := 0; runs < repeat; runs += batch {
-		ret, per, err := d.Program().Benchmark(append([]byte(nil), data...), batch, nil)
+		ret, per, err := progrun.Bench(d.Program(), append([]byte(nil), data...), batch)
 		if err != nil {
 			return 0, fmt.Errorf("benchmark: %w", err)
 		}

@@ -1,0 +1,78 @@
+package conntrack
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDecodeConfig(t *testing.T) {
+	t.Parallel()
+	c, err := decodeConfig("ct.yaml", []byte(`
+mode: track
+hook: tc
+liberal: true
+tcp_loose: false
+timeouts: {tcp_established: 1h, udp_unreplied: "45"}
+allow: {ports: [tcp/22, icmp], prefixes: [198.18.1.0/24]}
+table: {confirmed: 1024, unconfirmed: 512}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Inside = []string{"in"}
+	r, err := c.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.trackOnly || r.hook != HookTC || !r.liberal || r.loose || r.confirmed != 1024 || r.embryonic != 512 ||
+		len(r.ports) != 2 || len(r.prefixes) != 1 || r.timeouts[3] != uint32(time.Hour/time.Second) || r.timeouts[10] != 45 {
+		t.Errorf("resolved %+v", r)
+	}
+}
+
+// Every problem of a file comes out at once, each with its line and field.
+func TestDecodeConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"empty", "", []string{"ct.yaml: the file is empty"}},
+		{"not yaml", "mode: [", []string{"ct.yaml: not valid YAML"}},
+		{"unknown key", "mode: track\nhooks: tc\n", []string{`ct.yaml:2: hooks: unknown key "hooks"; known keys here: allow, hook,`}},
+		{"all at once", "mode: fast\nhook: nic\nliberal: maybe\n", []string{
+			`ct.yaml:1: mode: "fast": want firewall or track`,
+			`ct.yaml:2: hook: "nic": want xdp or tc`,
+			`ct.yaml:3: liberal: "maybe" is not true or false`}},
+		{"timeout", "timeouts:\n  tcp_established: 0.5s\n  tcp_nope: 1s\n", []string{
+			"ct.yaml:2: timeouts.tcp_established: timeout tcp_established=0.5s: must be a whole number of seconds",
+			`ct.yaml:3: timeouts.tcp_nope: unknown key "tcp_nope"`}},
+		{"allow", "allow:\n  ports: [tcp/0, sctp/9, icmp/3]\n  prefixes: 198.18.0.0/15\n", []string{
+			`ct.yaml:2: allow.ports[0]: allowed port "tcp/0": bad port`,
+			`ct.yaml:2: allow.ports[1]: allowed port "sctp/9": want tcp/N, udp/N, icmp or icmpv6`,
+			`ct.yaml:2: allow.ports[2]: allowed port "icmp/3": ICMP has no port`,
+			"ct.yaml:3: allow.prefixes: must be a list"}},
+		{"bad prefix", "allow: {prefixes: [198.18.0.0/33]}\n", []string{`ct.yaml:1: allow.prefixes[0]: "198.18.0.0/33" is not a prefix`}},
+		{"table", "table: {confirmed: 0, unconfirmed: lots}\n", []string{
+			`ct.yaml:1: table.confirmed: "0" is not a table size`,
+			`ct.yaml:1: table.unconfirmed: "lots" is not a table size`}},
+		{"not a mapping", "- mode\n", []string{"ct.yaml:1: the top level must be a mapping"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := decodeConfig("ct.yaml", []byte(c.yaml))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			lines := strings.Split(err.Error(), "\n")
+			if len(lines) != len(c.want) {
+				t.Fatalf("got %d problems, want %d:\n%v", len(lines), len(c.want), err)
+			}
+			for i, w := range c.want {
+				if !strings.HasPrefix(lines[i], w) {
+					t.Errorf("problem %d:\n got %s\nwant %s…", i, lines[i], w)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,65 @@
+// Package progrun runs BPF programs on crafted packets with BPF_PROG_TEST_RUN: the contexts of
+// XDP and TC runs, one run with its output packet, and timed runs. progtest builds table tests
+// on it; benchmarks use it directly (it does not import testing).
+package progrun
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// Result is what one run gave back.
+type Result struct {
+	Ret uint32 // the program's return value (XDP action, TC verdict, …)
+	Out []byte // the packet after the program
+}
+
+// XDPMD is struct xdp_md, the context of an XDP test run.
+type XDPMD struct {
+	Data, DataEnd, DataMeta, IngressIfindex, RxQueueIndex, EgressIfindex uint32
+}
+
+// SKBMD is the head of struct __sk_buff up to ifindex, the context of a TC test run (the kernel
+// zero-fills the rest; len and pkt_type must be zero).
+type SKBMD struct {
+	Len, PktType, Mark, QueueMapping, Protocol, VlanPresent, VlanTCI, VlanProto, Priority uint32
+	IngressIfindex, Ifindex                                                               uint32
+}
+
+// Context is the test-run context of prog's type for a frame that arrives on ifindex (0: no
+// interface, and no context for TC: the kernel's default).
+func Context(prog *ebpf.Program, frame []byte, ifindex int) any {
+	switch prog.Type() {
+	case ebpf.XDP:
+		return XDPMD{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex)}
+	case ebpf.SchedCLS, ebpf.SchedACT:
+		if ifindex != 0 {
+			return SKBMD{IngressIfindex: uint32(ifindex), Ifindex: uint32(ifindex)}
+		}
+	}
+	return nil
+}
+
+// Exec runs prog once on in as if it arrived on ifindex. It reports errors instead of failing a
+// test, so it can run on a thread locked into another namespace (nsrun.Do).
+func Exec(prog *ebpf.Program, in []byte, ifindex int) (Result, error) {
+	opts := &ebpf.RunOptions{Data: in, DataOut: make([]byte, len(in)+256), Context: Context(prog, in, ifindex)} // room to grow
+	ret, err := prog.Run(opts)
+	if err != nil {
+		return Result{}, fmt.Errorf("BPF_PROG_TEST_RUN: %w", err)
+	}
+	return Result{Ret: ret, Out: opts.DataOut}, nil // resliced to the kernel's data_size_out
+}
+
+// Bench runs prog repeat times on in and returns the last verdict and the kernel's mean time
+// per run. Each run sees the packet the previous one left. cilium/ebpf's timed run takes no
+// context, so the program sees no ingress interface.
+func Bench(prog *ebpf.Program, in []byte, repeat int) (uint32, time.Duration, error) {
+	ret, per, err := prog.Benchmark(in, repeat, nil)
+	if err != nil {
+		return 0, 0, fmt.Errorf("BPF_PROG_TEST_RUN ×%d: %w", repeat, err)
+	}
+	return ret, per, nil
+}
