@@ -25,6 +25,8 @@
 #define AF_INET	 2
 #define AF_INET6 10
 
+#define EEXIST 17 /* errno values BPF helpers return negated; vmlinux.h has no macros */
+
 #define IPPROTO_ICMPV6_ 58 /* vmlinux.h has IPPROTO_* for v4 protocols only */
 
 #ifndef likely

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* route.h: bpf_fib_lookup with a per-connection route cache. */
+#ifndef FLOWPLANE_CT_ROUTE_H
+#define FLOWPLANE_CT_ROUTE_H
+
+#include "hook.h"
+#include "maps.h"
+#include "pkt.h"
+
+#define ROUTE_CACHE_NS NSEC_PER_SEC /* how long a connection reuses its FIB result */
+
+/* route_lookup is bpf_fib_lookup with a per-connection cache: a confirmed TCP or UDP connection
+ * reuses, for a second, the result of its last lookup in the same direction from the same
+ * ingress for a packet at least as long (the MTU check). mtulen is the L3 length the route's
+ * MTU applies to: the packet's, or one segment's of a GSO skb. It fills fib and returns the
+ * lookup's result. c points at the transport header. For TCP and UDP it builds p->key, sets
+ * *looked and leaves the key's ct_main entry (live or not, NULL if none) in *mainp for track. */
+static __always_inline int route_lookup(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *p,
+					struct bpf_fib_lookup *fib, __u8 family, int l4proto,
+					const __u32 *src, const __u32 *dst, __u32 mtulen, __u64 now,
+					struct ct_entry **mainp, int *looked)
+{
+	struct ct_route *r = NULL;
+	__u16 *ports = c->pos;
+	struct ct_entry *e;
+	int rc;
+
+	if ((l4proto == IPPROTO_TCP || l4proto == IPPROTO_UDP) && (void *)(ports + 2) <= c->end) {
+		make_key(p, family, l4proto, src, dst, ports[0], ports[1]);
+		e = bpf_map_lookup_elem(&ct_main, &p->key);
+		*mainp = e;
+		*looked = 1;
+		if (e && e->expires > now) {
+			r = &e->route[(p->fwd == !!(e->status & CT_F_ORIG_LO) ? 0 : 1) & 1];
+			if (r->checked && now - r->checked <= ROUTE_CACHE_NS &&
+			    r->ingress == CT_INGRESS(ctx) && mtulen <= r->len_ok) {
+				fib->ifindex = r->ifindex;
+				__builtin_memcpy(fib->smac, r->smac, ETH_ALEN);
+				__builtin_memcpy(fib->dmac, r->dmac, ETH_ALEN);
+				return BPF_FIB_LKUP_RET_SUCCESS;
+			}
+		}
+	}
+	fib->l4_protocol = l4proto;
+	fib->tot_len = mtulen; /* checked against the route's MTU, as ip_forward does */
+	fib->ifindex = CT_INGRESS(ctx);
+	rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS && r) {
+		/* Concurrent writers store the same lookup's result. */
+		r->ifindex = fib->ifindex;
+		r->ingress = CT_INGRESS(ctx);
+		r->len_ok = mtulen;
+		__builtin_memcpy(r->smac, fib->smac, ETH_ALEN);
+		__builtin_memcpy(r->dmac, fib->dmac, ETH_ALEN);
+		r->checked = now;
+	}
+	return rc;
+}
+
+#endif
