@@ -18,7 +18,7 @@ echo "== conntrack run on r1: inside $inside, outside $outside"
 # ignore SIGINT).
 "$FLOWPLANE" lab exec "$LAB" r1 -- "$FLOWPLANE" conntrack run --inside "$inside" --outside "$outside" &
 ct=$!
-stop() { kill -TERM "$ct" 2>/dev/null && wait "$ct" 2>/dev/null || true; on r1 "$FLOWPLANE" conntrack unpin || true; }
+stop() { kill -TERM "$ct" 2>/dev/null && wait "$ct" 2>/dev/null || true; } # lab down removes the pinned table
 trap stop EXIT
 for _ in $(seq 100); do on r1 ip link show "$inside" 2>/dev/null | grep -q ' xdp' && break; sleep 0.1; done
 

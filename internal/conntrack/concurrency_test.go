@@ -14,6 +14,7 @@ import (
 // lock-free updates must lose nothing: per-direction packet counts are exact, the window never
 // moves backwards, no valid packet is refused and every flow ends up confirmed exactly once.
 func TestConcurrentUpdates(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	ci, si := uint32(1000), uint32(5000)
 	f.script(t, handshake(ci, si))

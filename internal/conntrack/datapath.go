@@ -27,7 +27,7 @@ func Instance() (string, error) {
 	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
 		return "", fmt.Errorf("identify network namespace: %w", err)
 	}
-	return fmt.Sprintf("ns%d", st.Ino), nil
+	return pin.Netns(st.Ino), nil
 }
 
 // PinDir is the pin directory of the calling thread's namespace's instance.

@@ -109,6 +109,7 @@ func handshake(ci, si uint32) []step {
 }
 
 func TestTCPLifecycle(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	ci, si := uint32(1000), uint32(5000)
 	steps := handshake(ci, si)
@@ -133,6 +134,7 @@ func TestTCPLifecycle(t *testing.T) {
 }
 
 func TestTCPInvalid(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	ci, si := uint32(1000), uint32(5000)
 	f.script(t, []step{
@@ -167,6 +169,7 @@ func TestTCPInvalid(t *testing.T) {
 }
 
 func TestTCPWindowEdges(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	// Client window 65535 unscaled: the SYN carries no window scale here, so neither side scales.
 	ci, si := uint32(0xFFFFFF00), uint32(0x7FFFFFF0) // client sequence numbers wrap past 2^32
@@ -194,6 +197,7 @@ func TestTCPWindowEdges(t *testing.T) {
 // TestTCPSACK: SACK blocks count as acknowledgements in check (III), as nf's tcp_sack, but only
 // towards a receiver that permitted SACK in its SYN.
 func TestTCPSACK(t *testing.T) {
+	t.Parallel()
 	ci, si := uint32(1000), uint32(5000)
 	for _, permitted := range []bool{true, false} {
 		t.Run(fmt.Sprintf("permitted=%v", permitted), func(t *testing.T) {
@@ -226,6 +230,7 @@ func TestTCPSACK(t *testing.T) {
 // sync as in nf: its SYN passes as IGNORE and is remembered, and the server's SYN-ACK for it
 // restarts the connection at SYN_RECV — unless another packet passed in between.
 func TestTCPResync(t *testing.T) {
+	t.Parallel()
 	ci, si := uint32(1000), uint32(5000)
 	ci2, si2 := uint32(3_000_000_000), uint32(7_000_000)
 	t.Run("resync", func(t *testing.T) {
@@ -253,6 +258,7 @@ func TestTCPResync(t *testing.T) {
 // TestTCPRSTAfterIgnored: nf's RST rules that read its memory of the last packet passed
 // (last_index, last_dir, last_end).
 func TestTCPRSTAfterIgnored(t *testing.T) {
+	t.Parallel()
 	ci, si := uint32(1000), uint32(5000)
 	ci2 := uint32(3_000_000_000)
 	t.Run("rst answering an ignored syn closes", func(t *testing.T) {
@@ -304,6 +310,7 @@ const (
 // TestTCPReinitFlags: a SYN or SYN-ACK that (re)initialises a direction treats its flags as
 // nf's tcp_options does: options replace them but BE_LIBERAL; no options leave them.
 func TestTCPReinitFlags(t *testing.T) {
+	t.Parallel()
 	ci, si := uint32(1000), uint32(5000)
 	t.Run("syn without options keeps the first syn's", func(t *testing.T) {
 		f := newFixture(t, nil)
@@ -338,6 +345,7 @@ func TestTCPReinitFlags(t *testing.T) {
 }
 
 func TestTCPLiberal(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, &Config{Liberal: true})
 	ci, si := uint32(1000), uint32(5000)
 	steps := append(handshake(ci, si),
@@ -348,6 +356,7 @@ func TestTCPLiberal(t *testing.T) {
 // TestTCPHandshakeCorners shares one fixture (a fresh table each) between handshakes that
 // leave the usual order.
 func TestTCPHandshakeCorners(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	ci, si := uint32(1000), uint32(5000)
 	t.Run("simultaneous open", func(t *testing.T) {
@@ -384,6 +393,7 @@ func TestTCPHandshakeCorners(t *testing.T) {
 }
 
 func TestTCPTimeWaitReplySyn(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, &Config{})
 	ci, si := uint32(1000), uint32(5000)
 	steps := append(handshake(ci, si),
@@ -405,6 +415,7 @@ func udp(c2s bool, sport, dport uint16) []byte {
 }
 
 func TestUDP(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	k := &Entry{Proto: "udp", Orig: Tuple{Src: netip.MustParseAddr(inHost), Dst: netip.MustParseAddr(outHost), Sport: 5000, Dport: 53}}
 	f.script(t, []step{
@@ -425,6 +436,7 @@ func TestUDP(t *testing.T) {
 }
 
 func TestICMP(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	udpKey := &Entry{Proto: "udp", Orig: Tuple{Src: netip.MustParseAddr(inHost), Dst: netip.MustParseAddr(outHost), Sport: 5000, Dport: 53}}
 	echoKey := &Entry{Proto: "icmp", Orig: Tuple{Src: netip.MustParseAddr(inHost), Dst: netip.MustParseAddr(outHost), ID: 77}}
@@ -446,6 +458,7 @@ func TestICMP(t *testing.T) {
 }
 
 func TestIPv6(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	ci, si := uint32(1000), uint32(5000)
 	c2s := func(flags string, seq, ack uint32) *packet.Builder {
@@ -482,6 +495,7 @@ func TestIPv6(t *testing.T) {
 }
 
 func TestForwardRewrites(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	ret, out := f.run(packet.IP(inHost, outHost).TTL(9).UDP(1, 2).Payload([]byte("x")).Bytes(), f.in.Index)
 	if ret != xdpRedirect {
@@ -523,6 +537,7 @@ func netHW(b []byte) string {
 }
 
 func TestTrackMode(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, &Config{Mode: "track"})
 	f.script(t, []step{
 		{name: "unsolicited outside still forwarded", frame: tcpOpen(false, "S", 1, 0), out: true, ret: xdpRedirect, state: "-", count: "policy_drop"},
@@ -531,6 +546,7 @@ func TestTrackMode(t *testing.T) {
 }
 
 func TestAllowPolicy(t *testing.T) {
+	t.Parallel()
 	cfg := &Config{}
 	cfg.Allow.Ports = []string{"tcp/22", "icmp"}
 	cfg.Allow.Prefixes = []string{"198.18.1.128/25"}
@@ -558,6 +574,7 @@ func badUDPLen() []byte {
 }
 
 func TestTCPPickup(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	ci, si := uint32(1000), uint32(5000)
 	f.script(t, []step{
@@ -596,6 +613,7 @@ func TestTCPPickup(t *testing.T) {
 // TestRouteCache checks that a confirmed connection remembers its FIB result per direction and
 // that packets forwarded from the cache are rewritten exactly as looked-up ones.
 func TestRouteCache(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.run(udp(true, 5000, 53), f.in.Index)
 	f.run(udp(false, 5000, 53), f.out.Index) // confirms

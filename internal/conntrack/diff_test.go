@@ -413,6 +413,7 @@ func diffScript() []dstep {
 // rules over nf_conntrack and once with conntrack, and compares which packets each delivered
 // and the connections each ends with.
 func TestDifferential(t *testing.T) {
+	t.Parallel()
 	testenv.Need(t, "nft", "conntrack")
 	l := labtest.Up(t, labtest.XDPRouter)
 	d := &diffLab{t: t, l: l}

@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/flowplane/flowplane/internal/nsrun"
@@ -19,9 +20,6 @@ const (
 
 var inMAC, outMAC = testenv.RouterInMAC, testenv.RouterOutMAC
 
-// fixtureHook is the hook of fixtures whose Config names none (TestTCHook switches it).
-var fixtureHook = HookXDP
-
 // fixture is a loaded, unattached datapath in a router namespace whose routes and neighbours
 // let bpf_fib_lookup succeed.
 type fixture struct {
@@ -39,7 +37,11 @@ func newFixture(t testing.TB, cfg *Config) *fixture {
 		cfg = &Config{}
 	}
 	if cfg.Hook == "" {
-		cfg.Hook = fixtureHook
+		// The scripted tests run again under TestTCHook, on the TC build.
+		cfg.Hook = HookXDP
+		if strings.HasPrefix(t.Name(), "TestTCHook/") {
+			cfg.Hook = HookTC
+		}
 	}
 	cfg.Inside, cfg.Outside = []string{"in"}, []string{"out"}
 	rt := testenv.NewRouter(t)

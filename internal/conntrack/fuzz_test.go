@@ -85,6 +85,7 @@ func tupleOf(frame []byte) (src, dst netip.Addr, sport, dport uint16, proto uint
 // program creates has the tuple gopacket reads from the same frame, and that nothing is
 // confirmed without a reply. From the outside nothing may be forwarded at all.
 func TestFuzzParse(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	r := rand.New(rand.NewSource(1))
 	ss := seeds()

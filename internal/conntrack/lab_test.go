@@ -193,6 +193,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func TestLab(t *testing.T) {
+	t.Parallel()
 	cfg := &Config{Timeouts: map[string]string{"udp_unreplied": "2s", "icmp": "2s"}}
 	c := newCtLab(t, cfg)
 	c.listen("h2", 8080)

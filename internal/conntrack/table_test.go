@@ -34,6 +34,7 @@ func (f *fixture) expire() {
 }
 
 func TestExpiryOnLookup(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	f.script(t, []step{
 		{name: "query", frame: udp(true, 5000, 53), ret: xdpRedirect, state: "NEW"},
@@ -51,6 +52,7 @@ func TestExpiryOnLookup(t *testing.T) {
 }
 
 func TestSweep(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	for p := uint16(1); p <= 300; p++ {
 		f.run(udp(true, 1000+p, 53), f.in.Index)
@@ -85,6 +87,7 @@ func TestSweep(t *testing.T) {
 // TestFlush flushes both tables, as `flush` does from the pinned maps (with a ct_sweep of its
 // own), and checks that every entry removed is reported as DESTROY, like conntrack -F.
 func TestFlush(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -139,6 +142,7 @@ func TestFlush(t *testing.T) {
 }
 
 func TestRuntimeTimeouts(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	if err := f.tables.SetTimeouts(map[string]timeoutDur{"udp_unreplied": 5 * second}); err != nil {
 		t.Fatal(err)
@@ -150,6 +154,7 @@ func TestRuntimeTimeouts(t *testing.T) {
 }
 
 func TestTableFull(t *testing.T) {
+	t.Parallel()
 	cfg := &Config{}
 	cfg.Table.Confirmed = 4
 	cfg.Table.Unconfirmed = 64
@@ -189,6 +194,7 @@ type timeoutDur = time.Duration
 const second = time.Second
 
 func TestEvents(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -6,51 +6,26 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
 	"github.com/gopacket/gopacket/layers"
 	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/lab/labtest"
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/packet"
+	"github.com/flowplane/flowplane/internal/testenv"
 )
-
-// mustRun fails t (never skips it) when the TC tests cannot run here: they need root with
-// CAP_BPF and CAP_NET_ADMIN, and the lab test the programs it names.
-func mustRun(t *testing.T, programs ...string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatalf("the TC hook tests need root (euid %d)", os.Geteuid())
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		t.Fatalf("the TC hook tests cannot remove the memlock limit: %v", err)
-	}
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
-	if err != nil {
-		t.Fatalf("the TC hook tests cannot create a BPF map: %v", err)
-	}
-	m.Close()
-	for _, p := range programs {
-		if _, err := exec.LookPath(p); err != nil {
-			t.Fatalf("the TC lab test needs %s (`make setup` installs it): %v", p, err)
-		}
-	}
-}
 
 // TestTCHook runs the scripted data-path tests on the TC build of the program: the same
 // source, so the same verdicts (mapped from TC_ACT_*) and the same table states.
 func TestTCHook(t *testing.T) {
-	mustRun(t)
-	fixtureHook = HookTC
-	t.Cleanup(func() { fixtureHook = HookXDP })
+	t.Parallel()
+	testenv.Privileged(t)
 	for _, c := range []struct {
 		name string
 		fn   func(*testing.T)
@@ -79,7 +54,8 @@ func TestTCHook(t *testing.T) {
 // and an unsolicited outside SYN dropped (TC_ACT_SHOT), and the route cache keeping the
 // length whose MTU check passed, as in XDP.
 func TestTCVerdicts(t *testing.T) {
-	mustRun(t)
+	t.Parallel()
+	testenv.Privileged(t)
 	f := newFixture(t, &Config{Hook: HookTC})
 	if f.d.Program().Type().String() != "SchedCLS" {
 		t.Fatalf("program type %s, want SchedCLS", f.d.Program().Type())
@@ -162,7 +138,9 @@ func TestTCVerdicts(t *testing.T) {
 // a TCP echo and iperf3 go through, ping works, an unsolicited outside connection is refused
 // and `list` shows the TCP connection ESTABLISHED.
 func TestLabTC(t *testing.T) {
-	mustRun(t, "iperf3", "ethtool", "ping", "ip")
+	t.Parallel()
+	testenv.Privileged(t)
+	testenv.Need(t, "iperf3", "ethtool", "ping", "ip")
 	c := newCtLab(t, &Config{Hook: HookTC})
 	r1, err := c.l.Node("r1")
 	if err != nil {
@@ -285,7 +263,8 @@ func TestLabTC(t *testing.T) {
 // TestHookSwitchKeepsTable loads the XDP program on pinned tables, opens a connection, then
 // loads the TC program in its place: it finds the connection in the same tables.
 func TestHookSwitchKeepsTable(t *testing.T) {
-	mustRun(t)
+	t.Parallel()
+	testenv.Privileged(t)
 	f := newFixture(t, nil)
 	load := func(hook string) *fixture {
 		t.Helper()
@@ -363,7 +342,9 @@ func tcxIngress(t *testing.T, c *ctLab, name string) int {
 // IP and UDP headers in to track it. Without the pull it could not parse it and would pass it
 // to the kernel untracked.
 func TestLabTCPull(t *testing.T) {
-	mustRun(t, "ip")
+	t.Parallel()
+	testenv.Privileged(t)
+	testenv.Need(t, "ip")
 	c := newCtLab(t, &Config{Hook: HookTC})
 	var h1If, r1In string
 	for _, x := range []struct {

@@ -15,6 +15,7 @@ import (
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/runstate"
 	"github.com/flowplane/flowplane/internal/topo"
+	"golang.org/x/sys/unix"
 )
 
 // Lab is a running topology.
@@ -130,6 +131,11 @@ func Down(name string) error {
 			found = true
 			if err := nsrun.Kill(ns); err != nil {
 				errs = append(errs, err)
+			}
+			// Per-namespace instances (conntrack's table) die with their namespace.
+			var st unix.Stat_t
+			if err := unix.Stat(nsrun.Path(ns), &st); err == nil {
+				errs = append(errs, pin.RemoveNetns(st.Ino))
 			}
 			if err := nsrun.Delete(ns); err != nil {
 				errs = append(errs, err)

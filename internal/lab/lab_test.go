@@ -205,6 +205,25 @@ func TestDownLeavesNothingBehind(t *testing.T) {
 	if err := sleeper.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// A per-namespace instance pinned on r1 (as conntrack pins its table) goes with the lab.
+	var st unix.Stat_t
+	if err := unix.Stat(nsrun.Path(l.Netns("r1")), &st); err != nil {
+		t.Fatal(err)
+	}
+	sub := testenv.Name("sub")
+	t.Cleanup(func() { _ = pin.Remove(sub) })
+	dir, err := pin.Dir(sub, pin.Netns(st.Ino))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Pin(filepath.Join(dir, "table")); err != nil {
+		t.Fatal(err)
+	}
 	if err := lab.Down(name); err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +231,9 @@ func TestDownLeavesNothingBehind(t *testing.T) {
 		t.Error("the process on h1 survived lab down")
 	}
 	assertGone(t, name)
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("r1's instance pin %s survived lab down (%v)", dir, err)
+	}
 	if err := lab.Down(name); !errors.Is(err, lab.ErrNotFound) {
 		t.Errorf("second down: %v, want ErrNotFound", err)
 	}

@@ -74,3 +74,26 @@ func ensureBPFFS() error {
 	}
 	return nil
 }
+
+// Netns names the pin directory of a per-network-namespace instance, ns<inode>: a subsystem
+// that runs once per namespace pins under Root/<subsystem>/Netns(ino), and whoever deletes the
+// namespace (lab down) removes them with RemoveNetns without knowing the subsystems.
+func Netns(ino uint64) string { return fmt.Sprintf("ns%d", ino) }
+
+// RemoveNetns unpins every subsystem's instance of the network namespace with inode ino.
+func RemoveNetns(ino uint64) error {
+	subs, err := os.ReadDir(Root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list %s: %w", Root, err)
+	}
+	var errs []error
+	for _, s := range subs {
+		if _, err := os.Stat(Path(s.Name(), Netns(ino))); err == nil {
+			errs = append(errs, Remove(s.Name(), Netns(ino)))
+		}
+	}
+	return errors.Join(errs...)
+}
