@@ -156,7 +156,7 @@ func decodeConfig(file string, data []byte) (*Config, error) {
 			}
 		case "timeouts":
 			c.Timeouts = map[string]string{}
-			el.EachKey(v, key, timeoutNames[1:], func(name string, tv *yaml.Node) {
+			el.EachKey(v, key, timeoutNames, func(name string, tv *yaml.Node) {
 				f := config.Join(key, name)
 				if s, ok := el.Scalar(tv, f); ok {
 					if _, err := checkTimeout(name, s); err != nil {
