@@ -38,6 +38,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/bench/report"
+	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/tune"
 	"github.com/flowplane/flowplane/internal/tune/rpc"
@@ -142,7 +143,7 @@ func run(c config) error {
 			}
 		}
 	}
-	root, err := tune.Cgroup2Mount()
+	root, err := cgroup.Mount()
 	if err != nil {
 		return err
 	}

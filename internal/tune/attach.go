@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/kernel"
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/runstate"
@@ -173,7 +174,7 @@ func rcuGracePeriod() error {
 func applyNew(c *compiled, pol *Policy, src []byte, opt ApplyOptions, stale *Record) (_ *Record, err error) {
 	rec := &Record{Name: opt.Name, File: pol.File, YAML: string(src), Cgroup: opt.Cgroup, Applied: time.Now()}
 	if rec.Cgroup == "" {
-		root, err := Cgroup2Mount()
+		root, err := cgroup.Mount()
 		if err != nil {
 			return nil, err
 		}
@@ -192,7 +193,7 @@ func applyNew(c *compiled, pol *Policy, src []byte, opt ApplyOptions, stale *Rec
 	}
 	defer func() {
 		if err != nil && rec.CreatedCgroup {
-			_ = removeCgroup(rec.Cgroup)
+			_ = cgroup.Remove(rec.Cgroup)
 		}
 	}()
 	spec, err := loadTune()
@@ -357,7 +358,7 @@ func Remove(name string) error {
 	}
 	if rec != nil {
 		if rec.CreatedCgroup {
-			if err := removeCgroup(rec.Cgroup); err != nil {
+			if err := cgroup.Remove(rec.Cgroup); err != nil {
 				return err
 			}
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/spf13/cobra"
 
+	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/cli"
 )
 
@@ -48,7 +49,7 @@ func loadPolicy(file string, k Kernel) (*Policy, []byte, error) {
 }
 
 func applyCmd(name *string) *cobra.Command {
-	var cgroup string
+	var cgroupArg string
 	cmd := &cobra.Command{
 		Use:   "apply POLICY",
 		Short: "Attach (or atomically replace) the policy in POLICY",
@@ -63,8 +64,8 @@ func applyCmd(name *string) *cobra.Command {
 				return err
 			}
 			opt := ApplyOptions{Name: *name}
-			if cgroup != "" {
-				if opt.Cgroup, err = resolveCgroup(cgroup); err != nil {
+			if cgroupArg != "" {
+				if opt.Cgroup, err = cgroup.Resolve(cgroupArg); err != nil {
 					return cli.Usage(err)
 				}
 			}
@@ -86,12 +87,12 @@ func applyCmd(name *string) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&cgroup, "cgroup", "", "cgroup v2 to attach to (absolute or relative to the cgroup2 mount; default: create fptune)")
+	cmd.Flags().StringVar(&cgroupArg, "cgroup", "", "cgroup v2 to attach to (absolute or relative to the cgroup2 mount; default: create fptune)")
 	return cmd
 }
 
 func runCmd(name *string) *cobra.Command {
-	var cgroup string
+	var cgroupArg string
 	cmd := &cobra.Command{
 		Use:   "run [--cgroup PATH] -- CMD [ARG…]",
 		Short: "Run a command inside the tuned cgroup",
@@ -102,7 +103,7 @@ func runCmd(name *string) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path := cgroup
+			path := cgroupArg
 			if path == "" {
 				rec, err := LoadRecord(*name)
 				if errors.Is(err, os.ErrNotExist) {
@@ -114,14 +115,14 @@ func runCmd(name *string) *cobra.Command {
 				path = rec.Cgroup
 			} else {
 				var err error
-				if path, err = resolveCgroup(path); err != nil {
+				if path, err = cgroup.Resolve(path); err != nil {
 					return cli.Usage(err)
 				}
 			}
 			return RunIn(cmd.Context(), path, args, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	cmd.Flags().StringVar(&cgroup, "cgroup", "", "cgroup v2 to run in (default: the applied policy's)")
+	cmd.Flags().StringVar(&cgroupArg, "cgroup", "", "cgroup v2 to run in (default: the applied policy's)")
 	return cmd
 }
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/runstate"
@@ -52,7 +53,7 @@ func TestApplyBadInputAttachesNothing(t *testing.T) {
 			t.Errorf("%s exists after a rejected apply", p)
 		}
 	}
-	if root, err := Cgroup2Mount(); err == nil {
+	if root, err := cgroup.Mount(); err == nil {
 		if _, err := os.Stat(filepath.Join(root, "fptune-"+name)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("cgroup created for a rejected apply")
 		}
@@ -67,7 +68,7 @@ func TestCLIUsageErrors(t *testing.T) {
 	if err := os.WriteFile(good, []byte("profiles: {a: {cwnd_clamp: 10}}\nrules: [{profile: a}]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	root, err := Cgroup2Mount()
+	root, err := cgroup.Mount()
 	if err != nil {
 		testenv.Unavailable(t, "%v", err)
 	}
@@ -112,7 +113,7 @@ func TestExplainCLI(t *testing.T) {
 // started in it (`tune run`) still runs: the process is moved to the parent cgroup first.
 func TestRemoveMovesProcesses(t *testing.T) {
 	testenv.Privileged(t)
-	root, err := Cgroup2Mount()
+	root, err := cgroup.Mount()
 	if err != nil {
 		testenv.Unavailable(t, "%v", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/lab/labtest"
 	"github.com/flowplane/flowplane/internal/testenv"
@@ -100,7 +101,7 @@ func helper(mode string, args []string) error {
 // testCgroup creates a cgroup fp<unique> under the v2 root, removed at cleanup once empty.
 func testCgroup(t *testing.T) string {
 	t.Helper()
-	root, err := Cgroup2Mount()
+	root, err := cgroup.Mount()
 	if err != nil {
 		testenv.Unavailable(t, "%v", err)
 	}
@@ -110,7 +111,7 @@ func testCgroup(t *testing.T) string {
 	}
 	t.Cleanup(func() {
 		// Helpers were killed in earlier cleanups; removeCgroup waits for them to leave.
-		if err := removeCgroup(cg); err != nil {
+		if err := cgroup.Remove(cg); err != nil {
 			t.Error(err)
 		}
 	})

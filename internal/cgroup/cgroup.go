@@ -1,4 +1,6 @@
-package tune
+// Package cgroup finds cgroup v2, checks the cgroups users name, and removes the ones flowplane
+// made: what every sock_ops subsystem (tune, prio) needs.
+package cgroup
 
 import (
 	"bufio"
@@ -12,9 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Cgroup2Mount finds where cgroup v2 is mounted, from /proc/mounts (on hybrid hosts it is not
+// Mount finds where cgroup v2 is mounted, from /proc/mounts (on hybrid hosts it is not
 // /sys/fs/cgroup).
-func Cgroup2Mount() (string, error) {
+func Mount() (string, error) {
 	f, err := os.Open("/proc/mounts")
 	if err != nil {
 		return "", fmt.Errorf("read /proc/mounts: %w", err)
@@ -30,10 +32,10 @@ func Cgroup2Mount() (string, error) {
 	return "", errors.New("no cgroup2 file system in /proc/mounts; mount one (mount -t cgroup2 none /sys/fs/cgroup/unified)")
 }
 
-// resolveCgroup turns a --cgroup argument (absolute, or relative to the cgroup2 mount) into
+// Resolve turns a --cgroup argument (absolute, or relative to the cgroup2 mount) into
 // an absolute path, checking it is a cgroup v2 directory and not the root.
-func resolveCgroup(arg string) (string, error) {
-	root, err := Cgroup2Mount()
+func Resolve(arg string) (string, error) {
+	root, err := Mount()
 	if err != nil {
 		return "", err
 	}
@@ -55,16 +57,16 @@ func resolveCgroup(arg string) (string, error) {
 		return "", fmt.Errorf("--cgroup %s is not on a cgroup v2 file system (cgroup v2 is mounted at %s)", arg, root)
 	}
 	if p == root {
-		return "", fmt.Errorf("--cgroup %s is the root cgroup; flowplane does not tune every socket on the host, give a child cgroup", arg)
+		return "", fmt.Errorf("--cgroup %s is the root cgroup; flowplane does not act on every socket on the host, give a child cgroup", arg)
 	}
 	return p, nil
 }
 
-// removeCgroup removes a cgroup flowplane created. Processes still in it (a `tune run` that
+// Remove removes a cgroup flowplane created. Processes still in it (a `tune run` that
 // outlived its policy) are moved to the parent first, since rmdir refuses a populated cgroup
 // and nothing tunes them once the policy is gone; exiting processes keep a cgroup populated
 // for a moment, so EBUSY is retried for a few seconds.
-func removeCgroup(path string) error {
+func Remove(path string) error {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		err := unix.Rmdir(path)
