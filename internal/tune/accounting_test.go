@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flowplane/flowplane/internal/lab/labtest"
+	"github.com/flowplane/flowplane/internal/match"
 	"github.com/flowplane/flowplane/internal/testenv"
 )
 
@@ -129,7 +130,7 @@ func TestLabRefusalsCounted(t *testing.T) {
 	pol := &Policy{File: "refused.yaml",
 		Profiles: []*Profile{{Name: "bad", Set: map[Setting]bool{SetRTOMin: true, SetCongestion: true},
 			RTOMin: time.Microsecond, Congestion: "nosuchcc"}},
-		Rules: []*Rule{{Name: "all", RemotePort: PortRange{5702, 5702}, LocalPort: anyPort, Dir: Active, Sample: 1, Profile: "bad", profile: 0}},
+		Rules: []*Rule{{Name: "all", RemotePort: PortRange{Lo: 5702, Hi: 5702}, LocalPort: match.AnyPort, Dir: Active, Sample: 1, Profile: "bad", profile: 0}},
 	}
 	// The record keeps a source that validates, so status can re-read it.
 	src := "profiles: {bad: {}}\nrules: [{match: {remote_port: 5702, direction: active}, profile: bad}]\n"

@@ -364,7 +364,7 @@ type Match struct {
 func (p *Policy) Match(f Flow) Match {
 	f = f.normalize()
 	for i, r := range p.Rules {
-		if r.Dir&f.Dir == 0 || !r.RemotePort.contains(f.RemotePort) || !r.LocalPort.contains(f.LocalPort) {
+		if r.Dir&f.Dir == 0 || !r.RemotePort.Contains(f.RemotePort) || !r.LocalPort.Contains(f.LocalPort) {
 			continue
 		}
 		if !anyContains(r.Remote, f.Remote) || !anyContains(r.Local, f.Local) {

@@ -3,7 +3,6 @@ package tune
 import (
 	"fmt"
 	"math"
-	"net/netip"
 	"regexp"
 	"slices"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/flowplane/flowplane/internal/config"
+	"github.com/flowplane/flowplane/internal/match"
 	"github.com/flowplane/flowplane/internal/units"
 )
 
@@ -474,7 +474,7 @@ func decodeRules(el *config.Collector, v *yaml.Node, p *Policy) []*Rule {
 	var rules []*Rule
 	for i, rv := range v.Content {
 		field := fmt.Sprintf("rules[%d]", i)
-		r := &Rule{Line: rv.Line, RemotePort: anyPort, LocalPort: anyPort, Dir: AnyDir, Sample: 1, profile: -1}
+		r := &Rule{Line: rv.Line, RemotePort: match.AnyPort, LocalPort: match.AnyPort, Dir: AnyDir, Sample: 1, profile: -1}
 		el.EachKey(rv, field, []string{"name", "match", "profile"}, func(key string, kv *yaml.Node) {
 			f := field + "." + key
 			switch key {
@@ -512,122 +512,22 @@ func decodeRules(el *config.Collector, v *yaml.Node, p *Policy) []*Rule {
 }
 
 func decodeMatch(el *config.Collector, v *yaml.Node, field string, r *Rule) {
-	el.EachKey(v, field, []string{"remote", "local", "remote_port", "local_port", "direction", "sample"}, func(key string, kv *yaml.Node) {
+	m := match.Match{RemotePort: r.RemotePort, LocalPort: r.LocalPort, Dir: r.Dir}
+	el.EachKey(v, field, append(slices.Clone(match.Keys), "sample"), func(key string, kv *yaml.Node) {
 		f := field + "." + key
-		switch key {
-		case "remote", "local":
-			ps := prefixes(el, kv, f)
-			if key == "remote" {
-				r.Remote = ps
-			} else {
-				r.Local = ps
+		if m.DecodeKey(el, key, kv, f) {
+			return
+		}
+		// sample
+		if s, ok := el.Scalar(kv, f); ok {
+			pct, err := units.ParsePercent(s)
+			if err != nil || pct <= 0 {
+				el.Add(kv.Line, f, "%q is not a share of flows above 0%%, e.g. 10%%", s)
+				return
 			}
-		case "remote_port", "local_port":
-			if s, ok := el.Scalar(kv, f); ok {
-				pr, err := parsePorts(s)
-				if err != nil {
-					el.Add(kv.Line, f, "%v", err)
-				}
-				if key == "remote_port" {
-					r.RemotePort = pr
-				} else {
-					r.LocalPort = pr
-				}
-			}
-		case "direction":
-			if s, ok := el.Scalar(kv, f); ok {
-				switch s {
-				case "active", "outgoing", "connect":
-					r.Dir = Active
-				case "passive", "incoming", "accept":
-					r.Dir = Passive
-				case "any", "both":
-					r.Dir = AnyDir
-				default:
-					el.Add(kv.Line, f, "%q is not a direction; use active (connect), passive (accept) or any", s)
-				}
-			}
-		case "sample":
-			if s, ok := el.Scalar(kv, f); ok {
-				pct, err := units.ParsePercent(s)
-				if err != nil || pct <= 0 {
-					el.Add(kv.Line, f, "%q is not a share of flows above 0%%, e.g. 10%%", s)
-					return
-				}
-				r.Sample = pct / 100
-			}
+			r.Sample = pct / 100
 		}
 	})
-	// A v4 remote and v6 local (or the reverse) can never both hold.
-	if len(r.Remote) > 0 && len(r.Local) > 0 {
-		ok := false
-		for _, a := range r.Remote {
-			for _, b := range r.Local {
-				ok = ok || a.Addr().Is4() == b.Addr().Is4()
-			}
-		}
-		if !ok {
-			el.Add(v.Line, field, "remote and local prefixes are of different families; no connection can match")
-		}
-	}
-}
-
-func prefixes(el *config.Collector, v *yaml.Node, f string) []netip.Prefix {
-	var items []*yaml.Node
-	switch v.Kind {
-	case yaml.SequenceNode:
-		items = v.Content
-	case yaml.ScalarNode:
-		items = []*yaml.Node{v}
-	default:
-		el.Add(v.Line, f, "must be a prefix or a list of prefixes, e.g. [10.0.0.0/8, fd00::/8]")
-		return nil
-	}
-	var out []netip.Prefix
-	for _, it := range items {
-		s, ok := el.Scalar(it, f)
-		if !ok {
-			continue
-		}
-		pfx, err := netip.ParsePrefix(s)
-		if err != nil {
-			a, err2 := netip.ParseAddr(s)
-			if err2 != nil {
-				el.Add(it.Line, f, "%q is not an address or prefix (e.g. 10.1.0.0/16, fd00::/8)", s)
-				continue
-			}
-			pfx = netip.PrefixFrom(a, a.BitLen())
-		}
-		if pfx.Addr().Is4In6() {
-			el.Add(it.Line, f, "%q is IPv4-mapped; write the IPv4 prefix (mapped connections count as IPv4)", s)
-			continue
-		}
-		if pfx.Addr().Zone() != "" {
-			el.Add(it.Line, f, "%q has a zone; prefixes cannot", s)
-			continue
-		}
-		if pfx.Masked() != pfx {
-			el.Warn(it.Line, f, "%s has host bits set; it means %s", pfx, pfx.Masked())
-		}
-		out = append(out, pfx.Masked())
-	}
-	if len(items) == 0 {
-		el.Add(v.Line, f, "empty list; leave the key out to match any address")
-	}
-	return out
-}
-
-func parsePorts(s string) (PortRange, error) {
-	lo, hi, isRange := strings.Cut(s, "-")
-	a, err := strconv.ParseUint(strings.TrimSpace(lo), 10, 16)
-	if err != nil {
-		return anyPort, fmt.Errorf("%q is not a port or range (e.g. 443 or 8000-8999)", s)
-	}
-	b := a
-	if isRange {
-		if b, err = strconv.ParseUint(strings.TrimSpace(hi), 10, 16); err != nil || b < a {
-			return anyPort, fmt.Errorf("%q is not a port range low-high with low ≤ high (e.g. 8000-8999)", s)
-		}
-	}
-	return PortRange{uint16(a), uint16(b)}, nil
+	m.CheckFamilies(el, v.Line, field)
+	r.Remote, r.Local, r.RemotePort, r.LocalPort, r.Dir = m.Remote, m.Local, m.RemotePort, m.LocalPort, m.Dir
 }

@@ -86,7 +86,7 @@ rules:
 		t.Errorf("profile = %+v", pr)
 	}
 	r := p.Rules[0]
-	if r.RemotePort != (PortRange{443, 443}) || r.LocalPort != (PortRange{1024, 65535}) || r.Dir != Active || r.Sample != 0.1 {
+	if r.RemotePort != (PortRange{Lo: 443, Hi: 443}) || r.LocalPort != (PortRange{Lo: 1024, Hi: 65535}) || r.Dir != Active || r.Sample != 0.1 {
 		t.Errorf("rule = %+v", r)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flowplane/flowplane/internal/config"
+	"github.com/flowplane/flowplane/internal/match"
 )
 
 // Setting names one tunable; its value is the bit in a compiled profile and the key of the
@@ -62,25 +63,18 @@ func (s Setting) String() string {
 	return fmt.Sprintf("setting(%d)", int(s))
 }
 
-// Direction selects active opens (connect), passive ones (accept) or both.
-type Direction uint8
+// Direction, PortRange and their values are internal/match's, which prio shares.
+type (
+	Direction = match.Direction
+	PortRange = match.PortRange
+)
 
 // Directions, as bits (TUNE_DIR_* in tune.h).
 const (
-	Active  Direction = 1
-	Passive Direction = 2
-	AnyDir            = Active | Passive
+	Active  = match.Active
+	Passive = match.Passive
+	AnyDir  = match.AnyDir
 )
-
-func (d Direction) String() string {
-	switch d {
-	case Active:
-		return "active"
-	case Passive:
-		return "passive"
-	}
-	return "any"
-}
 
 // Profile is a named set of settings. Only settings in Set are applied.
 type Profile struct {
@@ -130,23 +124,6 @@ const (
 
 // Reactive reports whether the profile needs retransmission callbacks.
 func (p *Profile) Reactive() bool { return p.Set[SetReactCongestion] || p.Set[SetReactCwndClamp] }
-
-// PortRange is an inclusive port range; the zero value of a rule's range is 0-65535.
-type PortRange struct{ Lo, Hi uint16 }
-
-func (r PortRange) String() string {
-	if r.Lo == 0 && r.Hi == 65535 {
-		return "any"
-	}
-	if r.Lo == r.Hi {
-		return fmt.Sprint(r.Lo)
-	}
-	return fmt.Sprintf("%d-%d", r.Lo, r.Hi)
-}
-
-func (r PortRange) contains(p uint16) bool { return p >= r.Lo && p <= r.Hi }
-
-var anyPort = PortRange{0, 65535}
 
 // Rule selects connections for a profile. Empty prefix lists match any address of either
 // family; Sample (0, 1] treats that share of the selected flows, by flow hash.

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/flowplane/flowplane/internal/match"
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/stats"
 )
@@ -74,10 +75,10 @@ func (r *Rule) Describe() string {
 	if len(r.Local) > 0 {
 		parts = append(parts, "local "+joinPrefixes(r.Local))
 	}
-	if r.RemotePort != anyPort {
+	if r.RemotePort != match.AnyPort {
 		parts = append(parts, "remote port "+r.RemotePort.String())
 	}
-	if r.LocalPort != anyPort {
+	if r.LocalPort != match.AnyPort {
 		parts = append(parts, "local port "+r.LocalPort.String())
 	}
 	if r.Dir != AnyDir {

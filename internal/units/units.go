@@ -64,3 +64,24 @@ func ParsePercent(s string) (float64, error) {
 	}
 	return v, nil
 }
+
+var sizeRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)$`)
+
+var sizeUnits = map[string]float64{"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+// ParseSize reads a byte count: 1500, 100KB, 1.5MB, 64KiB (KB = 1000 bytes, KiB = 1024).
+func ParseSize(s string) (uint64, error) {
+	m := sizeRE.FindStringSubmatch(strings.ToLower(strings.TrimSpace(s)))
+	if m == nil {
+		return 0, fmt.Errorf("%q is not a size; write a number of bytes with an optional unit, e.g. 1500, 100KB or 64KiB", s)
+	}
+	mult, ok := sizeUnits[m[2]]
+	if !ok {
+		return 0, fmt.Errorf("%q has unknown unit %q; use B, KB, MB, GB, KiB, MiB or GiB", s, m[2])
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	if v*mult >= 1<<53 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return uint64(math.Round(v * mult)), nil
+}

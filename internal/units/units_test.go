@@ -16,3 +16,17 @@ func TestRates(t *testing.T) {
 		}
 	}
 }
+
+func TestSizes(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]uint64{"1500": 1500, "100KB": 1e5, "1.5MB": 1.5e6, "64KiB": 65536, "2 GiB": 2 << 30, "0": 0} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "KB", "1 XB", "-1", "1e3"} {
+		if _, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) accepted", in)
+		}
+	}
+}
