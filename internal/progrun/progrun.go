@@ -4,6 +4,8 @@
 package progrun
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -51,6 +53,22 @@ func Exec(prog *ebpf.Program, in []byte, ifindex int) (Result, error) {
 		return Result{}, fmt.Errorf("BPF_PROG_TEST_RUN: %w", err)
 	}
 	return Result{Ret: ret, Out: opts.DataOut}, nil // resliced to the kernel's data_size_out
+}
+
+// ExecSKB runs a TC program once on in with context ctx and returns the context after the
+// run too (skb->priority, mark, … as the program left them).
+func ExecSKB(prog *ebpf.Program, in []byte, ctx SKBMD) (Result, SKBMD, error) {
+	var out SKBMD
+	whole := make([]byte, 512) // the kernel writes all of struct __sk_buff back
+	opts := &ebpf.RunOptions{Data: in, DataOut: make([]byte, len(in)+256), Context: ctx, ContextOut: whole}
+	ret, err := prog.Run(opts)
+	if err != nil {
+		return Result{}, out, fmt.Errorf("BPF_PROG_TEST_RUN: %w", err)
+	}
+	if err := binary.Read(bytes.NewReader(whole), binary.NativeEndian, &out); err != nil {
+		return Result{}, out, err
+	}
+	return Result{Ret: ret, Out: opts.DataOut}, out, nil
 }
 
 // Bench runs prog repeat times on in and returns the last verdict and the kernel's mean time

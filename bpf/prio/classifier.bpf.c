@@ -1,0 +1,327 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* classifier.bpf.c: the router side of prio, on the bottleneck interface's tcx egress (before
+ * the qdisc). It reads what a sender advertises — our TCP option (prio.h) or the original
+ * scheme's SCTP chunk 150 — keeps per-flow state in an LRU hash and sets skb->priority to the
+ * HTB class of the flow's band and hashed leaf, which HTB then honours (htb_classify looks at
+ * skb->priority before any filter). Packets it knows nothing about go to the default band.
+ * It never drops: every path ends in TCX_NEXT, so a bug costs priority, not traffic. */
+#include "common.h"
+#include "parse.h"
+#include "stats.h"
+#include "prio.h"
+
+#define TCX_NEXT      (-1)
+#define IPPROTO_SCTP_ 132
+#define TCP_OPTS_MAX  40
+
+/* The policy, set by the loader (docs/prio.md). */
+volatile const __u32 scheme = PRIO_SCHEME_FIFO;
+volatile const __u32 major = 0xfa;		   /* the HTB qdisc's handle */
+volatile const __u32 nleaves = 1;		   /* K hashed leaves per band */
+volatile const __u32 default_band = 0;		   /* where packets without information go */
+volatile const __u32 max_claim = 0;		   /* the best band host information can claim */
+volatile const __u32 nthresh = 0;		   /* backlog / pias thresholds in use */
+volatile const __u64 thresh[PRIO_MAX_THRESH] = {}; /* bytes, ascending */
+volatile const __u64 change_interval_ns = 0;	   /* at most one band change per interval */
+
+/* key = struct prio_flow_key, value = struct prio_flow */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct prio_flow_key);
+	__type(value, struct prio_flow);
+	__uint(max_entries, 65536);
+} prio_flows SEC(".maps");
+
+/* key = struct prio_lpm_key (IPv4-mapped source), value = 1: senders whose information counts */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct prio_lpm_key);
+	__type(value, __u8);
+	__uint(max_entries, 256);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} prio_trust SEC(".maps");
+
+/* key = enum prio_stat, value = per-CPU count */
+FP_COUNTERS(prio_stats, enum prio_stat, PRIO_STAT_MAX);
+
+const enum prio_scheme *unused_scheme __attribute__((unused)); /* keep the enums in BTF */
+const enum prio_source *unused_source __attribute__((unused));
+const enum prio_wire *unused_wire __attribute__((unused));
+const enum prio_limit *unused_limit __attribute__((unused));
+
+/* What a packet told us. */
+struct info {
+	__u32 backlog;
+	__u8 occupancy;
+	__u8 source; /* enum prio_source; PRIO_SRC_NONE: nothing */
+};
+
+static __always_inline __u32 classid(__u32 band, __u32 leaf)
+{
+	return major << 16 | ((band + 1) << 8 | leaf);
+}
+
+static __always_inline __u32 flow_hash(const struct prio_flow_key *k)
+{
+	const __u32 *w = (const void *)k;
+	__u32 h = 2166136261u;
+
+#pragma unroll
+	for (int i = 0; i < sizeof(*k) / 4; i++) {
+		h ^= w[i];
+		h *= 16777619u;
+		h ^= h >> 15;
+	}
+	return h;
+}
+
+/* prio_tcp_option finds our option among the optlen bytes of TCP options at offset off.
+ * Returns 1 and fills in if found, 0 if the options hold none, -1 if they are malformed (a
+ * length of 0 or 1, or one running past the header). A global function, verified once: it
+ * copies the options to the stack and walks them by index, which keeps the verifier's states
+ * few (a walk over packet pointers does not fit in its budget). */
+__noinline int prio_tcp_option(struct __sk_buff *skb, __u32 off, __u32 optlen, struct info *in)
+{
+	__u8 o[64] = {};
+	__u32 i = 0;
+
+	if (!skb || !in || optlen == 0 || optlen > TCP_OPTS_MAX || off > 0xffff)
+		return 0;
+	if (bpf_skb_load_bytes(skb, off, o, optlen) < 0)
+		return -1;
+	/* Bounded by i, which grows every round. */
+	while (i < optlen && i < TCP_OPTS_MAX) {
+		__u8 kind = o[i & 63], len;
+
+		if (kind == 0)
+			return 0; /* end of options */
+		if (kind == 1) {
+			i++;
+			continue;
+		}
+		if (i + 1 >= optlen)
+			return -1;
+		len = o[(i + 1) & 63];
+		if (len < 2 || i + len > optlen)
+			return -1;
+		if (kind == PRIO_OPT_KIND && len == PRIO_OPT_LEN &&
+		    (o[(i + 2) & 63] << 8 | o[(i + 3) & 63]) == PRIO_EXID) {
+			in->occupancy = o[(i + 4) & 63];
+			in->backlog = ((__u32)o[(i + 5) & 63] << 16 | (__u32)o[(i + 6) & 63] << 8 |
+				       o[(i + 7) & 63]) *
+				      PRIO_BACKLOG_UNIT;
+			in->source = PRIO_SRC_TCP_OPTION;
+			return 1;
+		}
+		i += len;
+	}
+	return 0;
+}
+
+/* band_of is the band the scheme gives a flow with information in (or none), bytes seen. */
+static __always_inline __u32 band_of(struct info *in, __u64 bytes, int trusted)
+{
+	__u32 band = default_band;
+
+	switch (scheme) {
+	case PRIO_SCHEME_OCCUPANCY:
+		if (in->source == PRIO_SRC_NONE || !trusted || in->occupancy > 100)
+			return default_band;
+		band = (100 - in->occupancy) / 10; /* the fullest buffers get band 0 */
+		if (band > 9)
+			band = 9;
+		break;
+	case PRIO_SCHEME_BACKLOG:
+		if (in->source != PRIO_SRC_TCP_OPTION || !trusted)
+			return default_band;
+		band = nthresh;
+		for (__u32 i = 0; i < PRIO_MAX_THRESH; i++) {
+			if (i < nthresh && in->backlog < thresh[i]) {
+				band = i;
+				break;
+			}
+		}
+		break;
+	case PRIO_SCHEME_PIAS:
+		band = 0;
+		for (__u32 i = 0; i < PRIO_MAX_THRESH; i++)
+			if (i < nthresh && bytes >= thresh[i])
+				band = i + 1;
+		return band;
+	default:
+		return 0;
+	}
+	if (band < max_claim) {
+		fp_count(&prio_stats, PRIO_STAT_CAPPED);
+		band = max_claim;
+	}
+	return band;
+}
+
+static __always_inline int is_trusted(const __u8 *saddr)
+{
+	struct prio_lpm_key k = {.prefixlen = 128};
+
+	__builtin_memcpy(k.addr, saddr, 16);
+	return bpf_map_lookup_elem(&prio_trust, &k) != NULL;
+}
+
+static __always_inline int deflt(struct __sk_buff *skb, enum prio_stat why)
+{
+	fp_count(&prio_stats, why);
+	skb->priority = classid(default_band, 0);
+	return TCX_NEXT;
+}
+
+SEC("tc")
+int prio_classify(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct hdr_cursor c = {.pos = data, .end = end};
+	struct prio_flow_key key = {};
+	struct info in = {.occupancy = PRIO_OCC_UNKNOWN};
+	struct prio_flow *f, nf = {};
+	struct ethhdr *eth;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 band, target;
+	int proto, frag = 0;
+
+	fp_count(&prio_stats, PRIO_STAT_PACKETS);
+	if (scheme == PRIO_SCHEME_FIFO) {
+		skb->priority = classid(0, 0);
+		return TCX_NEXT;
+	}
+	proto = parse_ethhdr(&c, &eth);
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *iph;
+
+		proto = parse_iphdr(&c, &iph);
+		if (proto < 0)
+			return deflt(skb, PRIO_STAT_MALFORMED);
+		frag = ip_is_fragment(iph);
+		key.saddr[10] = key.saddr[11] = 0xff;
+		key.daddr[10] = key.daddr[11] = 0xff;
+		__builtin_memcpy(&key.saddr[12], &iph->saddr, 4);
+		__builtin_memcpy(&key.daddr[12], &iph->daddr, 4);
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6;
+
+		proto = parse_ipv6hdr(&c, &ip6, &frag);
+		if (proto < 0)
+			return deflt(skb, PRIO_STAT_MALFORMED);
+		__builtin_memcpy(key.saddr, &ip6->saddr, 16);
+		__builtin_memcpy(key.daddr, &ip6->daddr, 16);
+	} else {
+		return deflt(skb, proto < 0 ? PRIO_STAT_MALFORMED : PRIO_STAT_OTHER);
+	}
+	if (frag || (proto != IPPROTO_TCP && proto != IPPROTO_UDP && proto != IPPROTO_SCTP_))
+		return deflt(skb, PRIO_STAT_OTHER);
+	key.proto = proto;
+	if (proto == IPPROTO_TCP) {
+		struct tcphdr *th = c.pos;
+		int r;
+
+		if ((void *)(th + 1) > end || th->doff < 5 || c.pos + th->doff * 4 > end)
+			return deflt(skb, PRIO_STAT_MALFORMED);
+		key.sport = th->source;
+		key.dport = th->dest;
+		r = prio_tcp_option(skb, (void *)(th + 1) - data, th->doff * 4 - sizeof(*th), &in);
+		if (r < 0)
+			return deflt(skb, PRIO_STAT_MALFORMED);
+	} else if (proto == IPPROTO_UDP) {
+		struct udphdr *uh = c.pos;
+
+		if ((void *)(uh + 1) > end)
+			return deflt(skb, PRIO_STAT_MALFORMED);
+		key.sport = uh->source;
+		key.dport = uh->dest;
+	} else {
+		/* SCTP: 12-byte common header, then the first chunk (type, flags, length). The
+		 * original scheme put its 4-byte chunk 150 first, flags = occupancy %. */
+		__u8 *sh = c.pos;
+
+		if ((void *)(sh + 16) > end)
+			return deflt(skb, PRIO_STAT_MALFORMED);
+		__builtin_memcpy(&key.sport, sh, 2);
+		__builtin_memcpy(&key.dport, sh + 2, 2);
+		if (sh[12] == PRIO_SCTP_CHUNK_TYPE) {
+			if (sh[14] != 0 || sh[15] != 4)
+				return deflt(skb, PRIO_STAT_MALFORMED);
+			in.occupancy = sh[13];
+			in.source = PRIO_SRC_SCTP_CHUNK;
+		}
+	}
+	if (in.source == PRIO_SRC_TCP_OPTION)
+		fp_count(&prio_stats, PRIO_STAT_PARSED);
+	else if (in.source == PRIO_SRC_SCTP_CHUNK)
+		fp_count(&prio_stats, PRIO_STAT_SCTP);
+	else
+		fp_count(&prio_stats, PRIO_STAT_NO_OPTION);
+
+	f = bpf_map_lookup_elem(&prio_flows, &key);
+	int trusted = in.source != PRIO_SRC_NONE && is_trusted(key.saddr);
+
+	if (in.source != PRIO_SRC_NONE && !trusted)
+		fp_count(&prio_stats, PRIO_STAT_UNTRUSTED);
+	if (!f) {
+		nf.bytes = skb->len;
+		nf.last_seen = now;
+		nf.last_change = now;
+		nf.occupancy = PRIO_OCC_UNKNOWN;
+		if (trusted) {
+			nf.backlog = in.backlog;
+			nf.occupancy = in.occupancy;
+			nf.source = in.source;
+		}
+		if (scheme == PRIO_SCHEME_FAIR)
+			nf.band = 0;
+		else
+			nf.band = band_of(&in, nf.bytes, trusted);
+		nf.classid = classid(nf.band, flow_hash(&key) % (nleaves ? nleaves : 1));
+		if (bpf_map_update_elem(&prio_flows, &key, &nf, BPF_NOEXIST) != 0) {
+			/* another CPU made it a moment ago, or no room: classify this one packet */
+			f = bpf_map_lookup_elem(&prio_flows, &key);
+			if (!f)
+				return deflt(skb, PRIO_STAT_NO_STATE);
+		} else {
+			skb->priority = nf.classid;
+			return TCX_NEXT;
+		}
+	}
+	__sync_fetch_and_add(&f->bytes, skb->len);
+	f->last_seen = now;
+	if (trusted) {
+		f->backlog = in.backlog;
+		f->occupancy = in.occupancy;
+		f->source = in.source;
+	}
+	band = f->band;
+	if (scheme == PRIO_SCHEME_FAIR) {
+		target = 0;
+	} else if (scheme == PRIO_SCHEME_PIAS) {
+		target = band_of(&in, f->bytes, 0);
+		if (target < band)
+			target = band; /* never promoted */
+	} else if (in.source == PRIO_SRC_NONE) {
+		target = band; /* a segment without the option keeps the flow where it is */
+	} else {
+		target = band_of(&in, f->bytes, trusted);
+	}
+	if (target != band) {
+		if (now - f->last_change < change_interval_ns) {
+			fp_count(&prio_stats, PRIO_STAT_CHANGE_HELD);
+		} else {
+			band = target;
+			f->band = band;
+			f->last_change = now;
+			f->changes++;
+			f->classid = classid(band, f->classid & 0xff);
+			fp_count(&prio_stats, PRIO_STAT_BAND_CHANGE);
+		}
+	}
+	skb->priority = f->classid;
+	return TCX_NEXT;
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";

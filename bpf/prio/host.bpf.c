@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* host.bpf.c: advertises a TCP connection's send backlog in its data segments. A sock_ops
+ * program on a cgroup v2: a connection that a selector takes (remote/local prefix, port ranges,
+ * direction) turns on the header-option callbacks when it is established; then every segment
+ * that carries data (and the MSS computation, so segments stay within the MTU) reserves 8 bytes,
+ * and the write callback fills them with the RFC 6994 option of prio.h: unsent bytes
+ * (write_seq - snd_nxt, the segment itself included) and their share of sk_sndbuf. Pure ACKs
+ * carry nothing. Always returns 1: it never refuses what another program on the cgroup allows. */
+#include "common.h"
+#include "stats.h"
+#include "prio.h"
+
+/* Number of valid entries in prio_selectors, set by the loader. */
+volatile const __u32 nselectors = 0;
+
+/* key = index < nselectors, value = struct prio_selector */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct prio_selector);
+	__uint(max_entries, PRIO_MAX_SELECTORS);
+} prio_selectors SEC(".maps");
+
+/* key = enum prio_host_stat, value = per-CPU count */
+FP_COUNTERS(prio_host_stats, enum prio_host_stat, PRIO_HOST_STAT_MAX);
+
+const enum prio_scheme *unused_scheme __attribute__((unused)); /* keep the enums in BTF */
+const struct prio_flow_key *unused_flow_key __attribute__((unused));
+const struct prio_flow *unused_flow __attribute__((unused));
+const struct prio_lpm_key *unused_lpm __attribute__((unused));
+const enum prio_source *unused_source __attribute__((unused));
+
+/* prefix_match: the first len bits of a and p agree. */
+static __always_inline int prefix_match(const __u8 *a, const __u8 *p, __u32 len)
+{
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		__u32 bits = len > (__u32)i * 8 ? len - i * 8 : 0;
+		__u8 mask;
+
+		if (bits == 0)
+			break;
+		mask = bits >= 8 ? 0xff : (__u8)(0xff << (8 - bits));
+		if ((a[i] ^ p[i]) & mask)
+			return 0;
+	}
+	return 1;
+}
+
+static __always_inline void mapped(__u8 *out, __u32 family, __u32 ip4, const __u32 *ip6)
+{
+	__builtin_memset(out, 0, 16);
+	if (family == AF_INET) {
+		out[10] = 0xff;
+		out[11] = 0xff;
+		__builtin_memcpy(&out[12], &ip4, 4);
+	} else {
+		__builtin_memcpy(out, ip6, 16);
+	}
+}
+
+/* selected: a selector takes the connection of skops established in direction dir. */
+static __always_inline int selected(struct bpf_sock_ops *skops, __u8 dir)
+{
+	__u8 remote[16], local[16];
+	__u32 rip6[4], lip6[4];
+	__u16 rport = bpf_ntohl(skops->remote_port) >> 16, lport = skops->local_port;
+
+	if (skops->family != AF_INET && skops->family != AF_INET6)
+		return 0;
+	rip6[0] = skops->remote_ip6[0];
+	rip6[1] = skops->remote_ip6[1];
+	rip6[2] = skops->remote_ip6[2];
+	rip6[3] = skops->remote_ip6[3];
+	lip6[0] = skops->local_ip6[0];
+	lip6[1] = skops->local_ip6[1];
+	lip6[2] = skops->local_ip6[2];
+	lip6[3] = skops->local_ip6[3];
+	mapped(remote, skops->family, skops->remote_ip4, rip6);
+	mapped(local, skops->family, skops->local_ip4, lip6);
+	for (__u32 i = 0; i < PRIO_MAX_SELECTORS; i++) {
+		struct prio_selector *s;
+		__u32 k = i;
+
+		if (i >= nselectors)
+			break;
+		s = bpf_map_lookup_elem(&prio_selectors, &k);
+		if (!s)
+			break;
+		if (!(s->directions & dir) || rport < s->remote_lo || rport > s->remote_hi ||
+		    lport < s->local_lo || lport > s->local_hi)
+			continue;
+		if (prefix_match(remote, s->remote, s->remote_len) &&
+		    prefix_match(local, s->local, s->local_len))
+			return 1;
+	}
+	return 0;
+}
+
+/* advertise writes the option into the segment being sent. */
+static __always_inline void advertise(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	struct tcp_sock *tp;
+	__u32 unsent, units, sndbuf;
+	__u8 opt[PRIO_OPT_LEN];
+	__u8 occ = PRIO_OCC_UNKNOWN;
+
+	struct tcphdr *th = skops->skb_data;
+
+	/* The segment's TCP header is in [skb_data, skb_data_end); skb_len counts it too. */
+	if ((void *)(th + 1) > skops->skb_data_end || skops->skb_len <= th->doff * 4)
+		return; /* a pure ACK: nothing was reserved */
+	if (!sk)
+		return;
+	tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp) {
+		fp_count(&prio_host_stats, PRIO_HOST_NO_TCP_SOCK);
+		return;
+	}
+	unsent = tp->write_seq - tp->snd_nxt;
+	sndbuf = tp->inet_conn.icsk_inet.sk.sk_sndbuf;
+	if (sndbuf > 0)
+		occ = (__u64)unsent * 100 / sndbuf > 100 ? 100 : (__u64)unsent * 100 / sndbuf;
+	units = (unsent + PRIO_BACKLOG_UNIT - 1) / PRIO_BACKLOG_UNIT;
+	if (units > PRIO_BACKLOG_MAX)
+		units = PRIO_BACKLOG_MAX;
+	opt[0] = PRIO_OPT_KIND;
+	opt[1] = PRIO_OPT_LEN;
+	opt[2] = PRIO_EXID >> 8;
+	opt[3] = PRIO_EXID & 0xff;
+	opt[4] = occ;
+	opt[5] = units >> 16;
+	opt[6] = units >> 8;
+	opt[7] = units;
+	if (bpf_store_hdr_opt(skops, opt, sizeof(opt), 0) == 0)
+		fp_count(&prio_host_stats, PRIO_HOST_WRITTEN);
+}
+
+SEC("sockops")
+int prio_host(struct bpf_sock_ops *skops)
+{
+	__u8 dir = 0;
+
+	switch (skops->op) {
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+		dir = PRIO_DIR_ACTIVE;
+		break;
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+		dir = PRIO_DIR_PASSIVE;
+		break;
+	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
+		/* Reserve when the kernel sizes the MSS too (no skb then), or data segments would
+		 * outgrow it. A pure ACK (no payload) gets nothing. */
+		if (!(skops->args[0] & BPF_WRITE_HDR_TCP_CURRENT_MSS) && skops->skb_len == 0)
+			return 1;
+		if (bpf_reserve_hdr_opt(skops, PRIO_OPT_LEN, 0) != 0 &&
+		    !(skops->args[0] & BPF_WRITE_HDR_TCP_CURRENT_MSS))
+			fp_count(&prio_host_stats, PRIO_HOST_NO_ROOM);
+		return 1;
+	case BPF_SOCK_OPS_WRITE_HDR_OPT_CB:
+		advertise(skops);
+		return 1;
+	default:
+		return 1;
+	}
+	if (selected(skops, dir)) {
+		fp_count(&prio_host_stats, PRIO_HOST_MATCHED);
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
+						     BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
+	} else {
+		fp_count(&prio_host_stats, PRIO_HOST_UNMATCHED);
+	}
+	return 1;
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";

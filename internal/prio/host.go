@@ -1,0 +1,138 @@
+package prio
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/runstate"
+)
+
+const subsystem = "prio"
+
+// HostRecord is what `prio host` leaves for status and remove.
+type HostRecord struct {
+	Name   string `json:"name"`
+	Cgroup string `json:"cgroup"`
+	File   string `json:"file"`
+}
+
+func hostPin(name string) []string { return []string{subsystem, "host-" + name} }
+
+// selectors expands a policy into the program's table: one entry per remote prefix × local
+// prefix × family, each with its port ranges and direction.
+func selectors(p *HostPolicy) ([]hostPrioSelector, error) {
+	var out []hostPrioSelector
+	for _, m := range p.Advertise {
+		remotes, locals := prefixesOrAny(m.Remote), prefixesOrAny(m.Local)
+		for _, r := range remotes {
+			for _, l := range locals {
+				if r.IsValid() && l.IsValid() && r.Addr().Is4() != l.Addr().Is4() {
+					continue
+				}
+				s := hostPrioSelector{RemoteLo: m.RemotePort.Lo, RemoteHi: m.RemotePort.Hi, LocalLo: m.LocalPort.Lo, LocalHi: m.LocalPort.Hi, Directions: uint8(m.Dir)}
+				s.Remote, s.RemoteLen = mapped(r)
+				s.Local, s.LocalLen = mapped(l)
+				out = append(out, s)
+			}
+		}
+	}
+	if len(out) > prioMaxSelects {
+		return nil, fmt.Errorf("the selectors expand to %d entries (one per remote × local prefix); at most %d fit", len(out), prioMaxSelects)
+	}
+	return out, nil
+}
+
+func prefixesOrAny(ps []netip.Prefix) []netip.Prefix {
+	if len(ps) == 0 {
+		return []netip.Prefix{{}} // any address of either family
+	}
+	return ps
+}
+
+// mapped is p as the programs hold addresses: IPv4 mapped into IPv6, the length over 128 bits.
+func mapped(p netip.Prefix) ([16]uint8, uint8) {
+	if !p.IsValid() {
+		return [16]uint8{}, 0
+	}
+	a := p.Addr()
+	bits := p.Bits()
+	if a.Is4() {
+		a = netip.AddrFrom16(a.As16())
+		bits += 96
+	}
+	return a.As16(), uint8(bits)
+}
+
+// Host attaches the option writer to a cgroup v2 (beside any other sock_ops program, tune's
+// included) and pins it under name. A second Host with the same name replaces the first.
+func Host(name, cgroupPath string, p *HostPolicy) (err error) {
+	sels, err := selectors(p)
+	if err != nil {
+		return err
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("remove memlock limit: %w", err)
+	}
+	spec, err := loadHost()
+	if err != nil {
+		return fmt.Errorf("load host program spec: %w", err)
+	}
+	if err := spec.Variables["nselectors"].Set(uint32(len(sels))); err != nil {
+		return fmt.Errorf("set nselectors: %w", err)
+	}
+	var objs hostObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return fmt.Errorf("load host program: %w", err)
+	}
+	defer objs.Close()
+	for i, s := range sels {
+		if err := objs.PrioSelectors.Update(uint32(i), s, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("fill selectors: %w", err)
+		}
+	}
+	_ = RemoveHost(name) // a re-apply replaces the old attachment
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupPath, Attach: ebpf.AttachCGroupSockOps, Program: objs.PrioHost})
+	if err != nil {
+		return fmt.Errorf("attach sock_ops to %s: %w", cgroupPath, err)
+	}
+	defer l.Close()
+	dir, err := pin.Dir(hostPin(name)...)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = pin.Remove(hostPin(name)...)
+		}
+	}()
+	if err := l.Pin(filepath.Join(dir, "link")); err != nil {
+		return fmt.Errorf("pin host link: %w", err)
+	}
+	if err := objs.PrioHostStats.Pin(filepath.Join(dir, "stats")); err != nil {
+		return fmt.Errorf("pin host counters: %w", err)
+	}
+	return runstate.Save(subsystem, "host-"+name, &HostRecord{Name: name, Cgroup: cgroupPath, File: p.File})
+}
+
+// RemoveHost detaches and unpins a host attachment; os.ErrNotExist if there is none.
+func RemoveHost(name string) error {
+	dir := pin.Path(hostPin(name)...)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(runstate.Path(subsystem, "host-"+name)); errors.Is(err, os.ErrNotExist) {
+			return os.ErrNotExist
+		}
+	}
+	if l, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); err == nil {
+		_ = l.Unpin()
+		_ = l.Close() // the last reference: the program leaves the cgroup
+	}
+	return errors.Join(pin.Remove(hostPin(name)...), runstate.Remove(subsystem, "host-"+name))
+}

@@ -1,0 +1,252 @@
+package prio
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/flowplane/flowplane/internal/config"
+	"github.com/flowplane/flowplane/internal/match"
+	"github.com/flowplane/flowplane/internal/units"
+)
+
+// Scheme is how the router orders flows (docs/prio.md, "Schemes").
+type Scheme string
+
+// The schemes, in the values of enum prio_scheme.
+const (
+	FIFO      Scheme = "fifo"
+	Fair      Scheme = "fair"
+	Occupancy Scheme = "occupancy"
+	Backlog   Scheme = "backlog"
+	PIAS      Scheme = "pias"
+)
+
+var schemes = []Scheme{FIFO, Fair, Occupancy, Backlog, PIAS}
+
+func (s Scheme) code() uint32 { return uint32(slices.Index(schemes, s)) }
+
+// HostPolicy says which connections advertise their backlog.
+type HostPolicy struct {
+	File      string
+	Advertise []match.Match
+}
+
+// RouterPolicy is a router's scheme and its parameters.
+type RouterPolicy struct {
+	File           string
+	Scheme         Scheme
+	Leaves         int            // K hashed leaves per band
+	Trust          []netip.Prefix // senders whose information counts
+	MaxClaim       int            // the best band host information can claim
+	MinRate        float64        // share of the link each band is guaranteed, 0-1
+	ChangeInterval time.Duration  // at most one band change per flow per interval
+	Thresholds     []uint64       // backlog / pias band edges, bytes, ascending
+	Limit          int            // packets per leaf queue
+}
+
+// Defaults of the router policy.
+var (
+	defaultBacklogThresholds = []uint64{10e3, 100e3, 1e6}
+	// PIAS's thresholds for the web-search workload at 60-80 % load are around 1 and 5
+	// packets' worth for two queues; these three edges (short, medium, long) follow the
+	// size classes of the experiments (docs/prio.md).
+	defaultPIASThresholds = []uint64{100e3, 1e6, 10e6}
+)
+
+// Bands is how many bands the policy's scheme uses.
+func (p *RouterPolicy) Bands() int {
+	switch p.Scheme {
+	case Occupancy:
+		return 11 // ten deciles and the default band
+	case Backlog:
+		return len(p.Thresholds) + 2 // one per edge, one past the last, the default band
+	case PIAS:
+		return len(p.Thresholds) + 1
+	}
+	return 1
+}
+
+// DefaultBand is where packets without information go.
+func (p *RouterPolicy) DefaultBand() int {
+	switch p.Scheme {
+	case Occupancy, Backlog:
+		return p.Bands() - 1
+	}
+	return 0 // fifo and fair have one band; pias starts every flow at the top
+}
+
+// LoadHostPolicy reads and checks a host policy file.
+func LoadHostPolicy(file string) (*HostPolicy, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	return ParseHostPolicy(file, data)
+}
+
+// ParseHostPolicy checks a host policy: every problem at once, with its line.
+func ParseHostPolicy(file string, data []byte) (*HostPolicy, error) {
+	el := &config.Collector{File: file}
+	p := &HostPolicy{File: file}
+	root := el.Root(data, "a host policy needs `advertise:`, a list of selectors (docs/prio.md)")
+	if root != nil {
+		el.EachKey(root, "", []string{"advertise"}, func(_ string, v *yaml.Node) {
+			if v.Kind != yaml.SequenceNode {
+				el.Add(v.Line, "advertise", "must be a list of selectors, e.g. [{remote: 198.18.1.0/24, remote_port: 5201}]")
+				return
+			}
+			for i, sv := range v.Content {
+				f := fmt.Sprintf("advertise[%d]", i)
+				m := match.Any()
+				el.EachKey(sv, f, match.Keys, func(key string, kv *yaml.Node) {
+					m.DecodeKey(el, key, kv, config.Join(f, key))
+				})
+				m.CheckFamilies(el, sv.Line, f)
+				p.Advertise = append(p.Advertise, m)
+			}
+		})
+		if !config.HasKey(root, "advertise") && root.Kind == yaml.MappingNode {
+			el.Add(root.Line, "advertise", "missing; list the selectors whose connections advertise")
+		}
+	}
+	if err := el.Err(); err != nil {
+		return nil, err
+	}
+	if _, err := selectors(p); err != nil {
+		return nil, config.Errors{{File: file, Field: "advertise", Msg: err.Error()}}
+	}
+	return p, nil
+}
+
+var routerKeys = []string{"scheme", "leaves", "trust", "max_claim", "min_rate", "band_change_interval", "thresholds", "limit"}
+
+// LoadRouterPolicy reads and checks a router policy file.
+func LoadRouterPolicy(file string) (*RouterPolicy, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	return ParseRouterPolicy(file, data)
+}
+
+// ParseRouterPolicy checks a router policy: every problem at once, with its line.
+func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
+	el := &config.Collector{File: file}
+	p := &RouterPolicy{File: file, Leaves: 16, MinRate: 0.01, ChangeInterval: 10 * time.Millisecond, Limit: 100}
+	root := el.Root(data, "a router policy needs at least `scheme:` (docs/prio.md)")
+	if root == nil {
+		return nil, el.Err()
+	}
+	positive := func(v *yaml.Node, f string, lo, hi int) int {
+		s, ok := el.Scalar(v, f)
+		if !ok {
+			return 0
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < lo || n > hi {
+			el.Add(v.Line, f, "%q is out of range; give a whole number from %d to %d", s, lo, hi)
+			return 0
+		}
+		return n
+	}
+	el.EachKey(root, "", routerKeys, func(key string, v *yaml.Node) {
+		switch key {
+		case "scheme":
+			if s, ok := el.Scalar(v, key); ok {
+				if !slices.Contains(schemes, Scheme(s)) {
+					el.Add(v.Line, key, "%q is not a scheme; use fifo, fair, occupancy, backlog or pias", s)
+				}
+				p.Scheme = Scheme(s)
+			}
+		case "leaves":
+			p.Leaves = positive(v, key, 1, PrioMaxLeaves)
+		case "max_claim":
+			p.MaxClaim = positive(v, key, 0, PrioMaxBands-1)
+		case "limit":
+			p.Limit = positive(v, key, 1, 100000)
+		case "trust":
+			p.Trust = match.Prefixes(el, v, key)
+		case "min_rate":
+			if s, ok := el.Scalar(v, key); ok {
+				pct, err := units.ParsePercent(s)
+				if err != nil || pct <= 0 {
+					el.Add(v.Line, key, "%q is not a share of the link above 0%%, e.g. 1%%", s)
+					return
+				}
+				p.MinRate = pct / 100
+			}
+		case "band_change_interval":
+			if s, ok := el.Scalar(v, key); ok {
+				d, err := time.ParseDuration(s)
+				if err != nil || d < 0 {
+					el.Add(v.Line, key, "%q is not a duration; write e.g. 10ms (0 lets flows move at every packet)", s)
+					return
+				}
+				p.ChangeInterval = d
+			}
+		case "thresholds":
+			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 || len(v.Content) > PrioMaxThresh {
+				el.Add(v.Line, key, "must be a list of 1 to %d sizes, ascending, e.g. [100KB, 1MB]", PrioMaxThresh)
+				return
+			}
+			for i, tv := range v.Content {
+				f := fmt.Sprintf("%s[%d]", key, i)
+				if s, ok := el.Scalar(tv, f); ok {
+					n, err := units.ParseSize(s)
+					if err != nil || n == 0 {
+						el.Add(tv.Line, f, "%q is not a size above 0, e.g. 100KB", s)
+						continue
+					}
+					if len(p.Thresholds) > 0 && n <= p.Thresholds[len(p.Thresholds)-1] {
+						el.Add(tv.Line, f, "%s is not above the edge before it; thresholds ascend", s)
+					}
+					p.Thresholds = append(p.Thresholds, n)
+				}
+			}
+		}
+	})
+	if root.Kind == yaml.MappingNode && !config.HasKey(root, "scheme") {
+		el.Add(root.Line, "scheme", "missing; choose fifo, fair, occupancy, backlog or pias")
+	}
+	if err := el.Err(); err != nil {
+		return nil, err
+	}
+	switch p.Scheme {
+	case FIFO:
+		p.Leaves = 1
+	case Backlog:
+		if p.Thresholds == nil {
+			p.Thresholds = defaultBacklogThresholds
+		}
+	case PIAS:
+		if p.Thresholds == nil {
+			p.Thresholds = defaultPIASThresholds
+		}
+	}
+	var problems []string
+	if (p.Scheme == Occupancy || p.Scheme == Backlog) && len(p.Trust) == 0 {
+		problems = append(problems, "trust: missing; the "+string(p.Scheme)+" scheme uses what senders advertise, so name the prefixes whose advertisements count (e.g. trust: [198.18.0.0/16])")
+	}
+	if p.MaxClaim >= p.Bands() {
+		problems = append(problems, fmt.Sprintf("max_claim: %d is past the last band (%d bands)", p.MaxClaim, p.Bands()))
+	}
+	if p.Scheme != FIFO && p.Scheme != Fair && p.MinRate*float64(p.Bands()) > 1 {
+		problems = append(problems, fmt.Sprintf("min_rate: %d bands × %g%% is more than the link", p.Bands(), p.MinRate*100))
+	}
+	if len(problems) > 0 {
+		es := config.Errors{}
+		for _, m := range problems {
+			field, msg, _ := strings.Cut(m, ": ")
+			es = append(es, config.Error{File: file, Field: field, Msg: msg})
+		}
+		return nil, es
+	}
+	return p, nil
+}
