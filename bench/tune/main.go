@@ -420,16 +420,16 @@ func (b *bench) connSetup(c config, kern tune.Kernel, floor *ebpf.Program) (*rep
 
 // pinned prepares the load generator on dst inside cgroup, pinned to cpu (taskset); the caller
 // starts it.
-func (b *bench) pinned(cgroup, cpu string, args ...string) (*lab.NodeCmd, error) {
+func (b *bench) pinned(cg, cpu string, args ...string) (*lab.NodeCmd, error) {
 	cmd, err := b.l.Command(context.Background(), "dst", "taskset", append([]string{"-c", cpu, b.self}, args...)...)
 	if err != nil {
 		return nil, err
 	}
-	fd, err := tune.IntoCgroup(cmd.Cmd, cgroup)
+	fd, err := cgroup.Into(cmd.Cmd, cg)
 	if err != nil {
 		return nil, err
 	}
-	// IntoCgroup's descriptor must stay open until Start (connSetup closes them after each round).
+	// cgroup.Into's descriptor must stay open until Start (connSetup closes them after each round).
 	b.fds = append(b.fds, fd)
 	cmd.Stderr = os.Stderr
 	return cmd, nil
@@ -558,12 +558,12 @@ func (b *bench) output(node string, args ...string) ([]byte, error) {
 }
 
 // start starts the load generator on node inside cgroup.
-func (b *bench) start(node, cgroup string, args ...string) (*lab.NodeCmd, error) {
+func (b *bench) start(node, cg string, args ...string) (*lab.NodeCmd, error) {
 	cmd, err := b.l.Command(context.Background(), node, b.self, args...)
 	if err != nil {
 		return nil, err
 	}
-	fd, err := tune.IntoCgroup(cmd.Cmd, cgroup)
+	fd, err := cgroup.Into(cmd.Cmd, cg)
 	if err != nil {
 		return nil, err
 	}
@@ -579,12 +579,12 @@ func (b *bench) runIn(node, cgroup string, args ...string) ([]byte, error) {
 }
 
 // runInCPU is runIn that also returns the CPU time (user + system) the process used.
-func (b *bench) runInCPU(node, cgroup string, args ...string) ([]byte, time.Duration, error) {
+func (b *bench) runInCPU(node, cg string, args ...string) ([]byte, time.Duration, error) {
 	cmd, err := b.l.Command(context.Background(), node, b.self, args...)
 	if err != nil {
 		return nil, 0, err
 	}
-	fd, err := tune.IntoCgroup(cmd.Cmd, cgroup)
+	fd, err := cgroup.Into(cmd.Cmd, cg)
 	if err != nil {
 		return nil, 0, err
 	}

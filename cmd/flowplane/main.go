@@ -12,6 +12,7 @@ import (
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/conntrack"
 	"github.com/flowplane/flowplane/internal/lab"
+	"github.com/flowplane/flowplane/internal/prio"
 	"github.com/flowplane/flowplane/internal/tune"
 	"github.com/flowplane/flowplane/internal/vnet"
 )
@@ -33,7 +34,7 @@ func main() {
 // run runs the command line args until done or ctx is cancelled.
 func run(ctx context.Context, args []string) error {
 	root := cli.Root("flowplane", "Track, tune, prioritize and measure network flows",
-		lab.Command(), conntrack.Command(), tune.Command(), vnet.Command())
+		lab.Command(), conntrack.Command(), tune.Command(), vnet.Command(), prio.Command())
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
 }

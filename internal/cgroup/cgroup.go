@@ -6,9 +6,12 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -97,4 +100,18 @@ func moveProcs(from, to string) error {
 		}
 	}
 	return nil
+}
+
+// Into makes cmd start inside cgroup; close the returned file once cmd has started.
+func Into(cmd *exec.Cmd, cgroup string) (io.Closer, error) {
+	fd, err := os.Open(cgroup)
+	if err != nil {
+		return nil, fmt.Errorf("open cgroup: %w", err)
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.UseCgroupFD = true
+	cmd.SysProcAttr.CgroupFD = int(fd.Fd())
+	return fd, nil
 }

@@ -126,14 +126,14 @@ func runCmd(name *string) *cobra.Command {
 	return cmd
 }
 
-// RunIn runs argv as a child born in cgroup (clone3 CLONE_INTO_CGROUP: no moment outside it)
+// RunIn runs argv as a child born in cgroupPath (clone3 CLONE_INTO_CGROUP: no moment outside it)
 // and returns an error carrying its exit code. Cancelling ctx (flowplane got SIGINT or
 // SIGTERM) passes SIGTERM on to the child and waits for it.
-func RunIn(ctx context.Context, cgroup string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func RunIn(ctx context.Context, cgroupPath string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
 	c.Stdin, c.Stdout, c.Stderr = stdin, stdout, stderr
-	fd, err := IntoCgroup(c, cgroup)
+	fd, err := cgroup.Into(c, cgroupPath)
 	if err != nil {
 		return err
 	}
@@ -150,20 +150,6 @@ func RunIn(ctx context.Context, cgroup string, argv []string, stdin io.Reader, s
 		return fmt.Errorf("run %s: %w", argv[0], err)
 	}
 	return nil
-}
-
-// IntoCgroup makes cmd start inside cgroup; close the returned file once cmd has started.
-func IntoCgroup(cmd *exec.Cmd, cgroup string) (io.Closer, error) {
-	fd, err := os.Open(cgroup)
-	if err != nil {
-		return nil, fmt.Errorf("open cgroup: %w", err)
-	}
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.UseCgroupFD = true
-	cmd.SysProcAttr.CgroupFD = int(fd.Fd())
-	return fd, nil
 }
 
 type exitError struct {

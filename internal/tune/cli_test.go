@@ -128,7 +128,7 @@ func TestRemoveMovesProcesses(t *testing.T) {
 	t.Cleanup(func() { _ = Remove(name) }) // in case the test fails before its own remove
 	cg := filepath.Join(root, "fptune-"+name)
 	sleep := exec.Command("sleep", "60")
-	fd, err := IntoCgroup(sleep, cg)
+	fd, err := cgroup.Into(sleep, cg)
 	if err != nil {
 		t.Fatal(err)
 	}

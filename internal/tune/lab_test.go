@@ -143,7 +143,7 @@ func applyTest(t *testing.T, src, cgroup string) (*Policy, string) {
 
 // startHelper starts the test binary as a helper on node, inside cgroup, and waits for its
 // first line of output; it is killed at cleanup.
-func startHelper(t *testing.T, l *lab.Lab, node, cgroup, mode string, args ...string) {
+func startHelper(t *testing.T, l *lab.Lab, node, cg, mode string, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd, err := l.Command(ctx, node, os.Args[0], args...)
@@ -151,7 +151,7 @@ func startHelper(t *testing.T, l *lab.Lab, node, cgroup, mode string, args ...st
 		t.Fatal(err)
 	}
 	cmd.Env = append(cmd.Env, helperEnv+"="+mode)
-	fd, err := IntoCgroup(cmd.Cmd, cgroup)
+	fd, err := cgroup.Into(cmd.Cmd, cg)
 	if err != nil {
 		t.Fatal(err)
 	}

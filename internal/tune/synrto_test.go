@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/lab/labtest"
 	"github.com/flowplane/flowplane/internal/testenv"
@@ -143,7 +144,7 @@ func runConnect(t *testing.T, l *lab.Lab, node, cg, addr string) {
 		t.Fatal(err)
 	}
 	cmd.Env = append(cmd.Env, helperEnv+"=connect")
-	fd, err := IntoCgroup(cmd.Cmd, cg)
+	fd, err := cgroup.Into(cmd.Cmd, cg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,183 @@
+package prio
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+
+	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/runstate"
+	"github.com/flowplane/flowplane/internal/stats"
+)
+
+// ClassStatus is one HTB class as `tc -s class` shows it.
+type ClassStatus struct {
+	Class   string `json:"class"` // fa:201
+	Band    int    `json:"band"`
+	Leaf    int    `json:"leaf"`
+	Packets uint32 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+	Drops   uint32 `json:"drops"`
+	Backlog uint32 `json:"backlog_packets"`
+}
+
+// FlowStatus is one flow the classifier keeps, as `ss` would list it.
+type FlowStatus struct {
+	Src            string `json:"src"`
+	Dst            string `json:"dst"`
+	Proto          uint8  `json:"proto"`
+	Class          string `json:"class"`
+	Band           int    `json:"band"`
+	Backlog        uint32 `json:"advertised_backlog"`
+	Occupancy      int    `json:"advertised_occupancy"` // -1: none
+	Bytes          uint64 `json:"bytes"`
+	BandChanges    uint32 `json:"band_changes"`
+	InfoFromOption string `json:"information"` // "tcp-option", "sctp-chunk" or "none"
+}
+
+// RouterStatus is a router's classes, flows and classifier counters.
+type RouterStatus struct {
+	RouterRecord
+	Classes  []ClassStatus     `json:"classes"`
+	Flows    []FlowStatus      `json:"flows"`
+	Counters map[string]uint64 `json:"counters"`
+}
+
+// HostStatus is a host attachment and its counters.
+type HostStatus struct {
+	HostRecord
+	Counters map[string]uint64 `json:"counters"`
+}
+
+// Status is everything `prio status` reports for the calling namespace.
+type Status struct {
+	Routers []RouterStatus `json:"routers"`
+	Hosts   []HostStatus   `json:"hosts"`
+}
+
+var routerCounterNames = []string{"packets", "parsed", "sctp", "no_option", "malformed", "untrusted", "capped", "other", "band_change", "change_held", "no_state"}
+var hostCounterNames = []string{"matched", "unmatched", "written", "no_room", "no_tcp_sock"}
+
+// ReadStatus reads every router of this network namespace and every host attachment.
+func ReadStatus() (*Status, error) {
+	ns, err := netnsName()
+	if err != nil {
+		return nil, err
+	}
+	names, err := runstate.Names(subsystem)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	st := &Status{Routers: []RouterStatus{}, Hosts: []HostStatus{}}
+	for _, n := range names {
+		switch {
+		case strings.HasPrefix(n, ns+"-"):
+			var rec RouterRecord
+			if err := runstate.Load(subsystem, n, &rec); err != nil {
+				return nil, err
+			}
+			rs, err := routerStatus(ns, rec)
+			if err != nil {
+				return nil, err
+			}
+			st.Routers = append(st.Routers, *rs)
+		case strings.HasPrefix(n, "host-"):
+			var rec HostRecord
+			if err := runstate.Load(subsystem, n, &rec); err != nil {
+				return nil, err
+			}
+			hs := HostStatus{HostRecord: rec}
+			hs.Counters, err = readCounters(filepath.Join(pin.Path(hostPin(rec.Name)...), "stats"), hostCounterNames)
+			if err != nil {
+				return nil, err
+			}
+			st.Hosts = append(st.Hosts, hs)
+		}
+	}
+	return st, nil
+}
+
+func readCounters(path string, names []string) (map[string]uint64, error) {
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if err != nil {
+		return nil, fmt.Errorf("open counters: %w", err)
+	}
+	defer m.Close()
+	all, err := stats.All(m)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for i, n := range names {
+		out[n] = all[i]
+	}
+	return out, nil
+}
+
+func minorString(id uint32) string { return fmt.Sprintf("%x:%x", id>>16, id&0xffff) }
+
+func routerStatus(ns string, rec RouterRecord) (*RouterStatus, error) {
+	rs := &RouterStatus{RouterRecord: rec, Classes: []ClassStatus{}, Flows: []FlowStatus{}}
+	dir := pin.Path(routerPin(ns, rec.Dev)...)
+	var err error
+	if rs.Counters, err = readCounters(filepath.Join(dir, "stats"), routerCounterNames); err != nil {
+		return nil, err
+	}
+	l, err := netlink.LinkByName(rec.Dev)
+	if err != nil {
+		return nil, fmt.Errorf("interface %q: no such network interface", rec.Dev)
+	}
+	classes, err := netlink.ClassList(l, netlink.MakeHandle(Major, 0))
+	if err != nil {
+		return nil, fmt.Errorf("list classes of %s: %w", rec.Dev, err)
+	}
+	for _, c := range classes {
+		a := c.Attrs()
+		if a.Handle>>16 != Major || a.Handle&0xffff < 0x100 {
+			continue // the root class
+		}
+		cs := ClassStatus{Class: minorString(a.Handle), Band: int(a.Handle>>8&0xff) - 1, Leaf: int(a.Handle & 0xff)}
+		if s := a.Statistics; s != nil && s.Basic != nil {
+			cs.Packets, cs.Bytes = s.Basic.Packets, s.Basic.Bytes
+			if s.Queue != nil {
+				cs.Drops, cs.Backlog = s.Queue.Drops, s.Queue.Qlen
+			}
+		}
+		rs.Classes = append(rs.Classes, cs)
+	}
+	sort.Slice(rs.Classes, func(i, j int) bool { return rs.Classes[i].Class < rs.Classes[j].Class })
+	flows, err := ebpf.LoadPinnedMap(filepath.Join(dir, "flows"), nil)
+	if err != nil {
+		return nil, fmt.Errorf("open flow table: %w", err)
+	}
+	defer flows.Close()
+	var k classifierPrioFlowKey
+	var v classifierPrioFlow
+	it := flows.Iterate()
+	for it.Next(&k, &v) {
+		fs := FlowStatus{Src: endpoint(k.Saddr, k.Sport), Dst: endpoint(k.Daddr, k.Dport), Proto: k.Proto,
+			Class: minorString(v.Classid), Band: int(v.Band), Backlog: v.Backlog, Occupancy: int(v.Occupancy),
+			Bytes: v.Bytes, BandChanges: v.Changes, InfoFromOption: []string{"none", "tcp-option", "sctp-chunk"}[min(int(v.Source), 2)]}
+		if v.Occupancy == OccUnknown {
+			fs.Occupancy = -1
+		}
+		rs.Flows = append(rs.Flows, fs)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read flow table: %w", err)
+	}
+	sort.Slice(rs.Flows, func(i, j int) bool { return rs.Flows[i].Bytes > rs.Flows[j].Bytes })
+	return rs, nil
+}
+
+func endpoint(a [16]uint8, port uint16) string {
+	p := uint16(port>>8 | port<<8) // network order in the key
+	return netip.AddrPortFrom(netip.AddrFrom16(a).Unmap(), p).String()
+}
