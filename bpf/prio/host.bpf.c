@@ -47,37 +47,34 @@ static __always_inline int prefix_match(const __u8 *a, const __u8 *p, __u32 len)
 	return 1;
 }
 
-static __always_inline void mapped(__u8 *out, __u32 family, __u32 ip4, const __u32 *ip6)
-{
-	__builtin_memset(out, 0, 16);
-	if (family == AF_INET) {
-		out[10] = 0xff;
-		out[11] = 0xff;
-		__builtin_memcpy(&out[12], &ip4, 4);
-	} else {
-		__builtin_memcpy(out, ip6, 16);
-	}
-}
-
 /* selected: a selector takes the connection of skops established in direction dir. */
 static __always_inline int selected(struct bpf_sock_ops *skops, __u8 dir)
 {
-	__u8 remote[16], local[16];
-	__u32 rip6[4], lip6[4];
+	__u32 remote[4] = {}, local[4] = {}; /* IPv4 mapped into IPv6, as the selectors */
 	__u16 rport = bpf_ntohl(skops->remote_port) >> 16, lport = skops->local_port;
 
-	if (skops->family != AF_INET && skops->family != AF_INET6)
+	if (skops->family == AF_INET) {
+		__u32 rip4 = skops->remote_ip4, lip4;
+
+		barrier_var(rip4); /* keep the two loads apart: no derived context pointer */
+		lip4 = skops->local_ip4;
+		barrier_var(lip4);
+		remote[2] = local[2] = bpf_htonl(0xffff);
+		remote[3] = rip4;
+		local[3] = lip4;
+	} else if (skops->family == AF_INET6) {
+		/* one plain load per field: the verifier refuses derived context pointers */
+		remote[0] = skops->remote_ip6[0];
+		remote[1] = skops->remote_ip6[1];
+		remote[2] = skops->remote_ip6[2];
+		remote[3] = skops->remote_ip6[3];
+		local[0] = skops->local_ip6[0];
+		local[1] = skops->local_ip6[1];
+		local[2] = skops->local_ip6[2];
+		local[3] = skops->local_ip6[3];
+	} else {
 		return 0;
-	rip6[0] = skops->remote_ip6[0];
-	rip6[1] = skops->remote_ip6[1];
-	rip6[2] = skops->remote_ip6[2];
-	rip6[3] = skops->remote_ip6[3];
-	lip6[0] = skops->local_ip6[0];
-	lip6[1] = skops->local_ip6[1];
-	lip6[2] = skops->local_ip6[2];
-	lip6[3] = skops->local_ip6[3];
-	mapped(remote, skops->family, skops->remote_ip4, rip6);
-	mapped(local, skops->family, skops->local_ip4, lip6);
+	}
 	for (__u32 i = 0; i < PRIO_MAX_SELECTORS; i++) {
 		struct prio_selector *s;
 		__u32 k = i;
@@ -90,8 +87,8 @@ static __always_inline int selected(struct bpf_sock_ops *skops, __u8 dir)
 		if (!(s->directions & dir) || rport < s->remote_lo || rport > s->remote_hi ||
 		    lport < s->local_lo || lport > s->local_hi)
 			continue;
-		if (prefix_match(remote, s->remote, s->remote_len) &&
-		    prefix_match(local, s->local, s->local_len))
+		if (prefix_match((__u8 *)remote, s->remote, s->remote_len) &&
+		    prefix_match((__u8 *)local, s->local, s->local_len))
 			return 1;
 	}
 	return 0;
