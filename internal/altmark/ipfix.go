@@ -33,25 +33,25 @@ func ianaIE(name string, id uint16, t entities.IEDataType) *entities.InfoElement
 }
 
 var (
-	ieOctetDelta   = ianaIE("octetDeltaCount", 1, entities.Unsigned64)
-	iePacketDelta  = ianaIE("packetDeltaCount", 2, entities.Unsigned64)
-	ieProtocol     = ianaIE("protocolIdentifier", 4, entities.Unsigned8)
-	ieSrcPort      = ianaIE("sourceTransportPort", 7, entities.Unsigned16)
-	ieSrc4         = ianaIE("sourceIPv4Address", 8, entities.Ipv4Address)
-	ieDstPort      = ianaIE("destinationTransportPort", 11, entities.Unsigned16)
-	ieDst4         = ianaIE("destinationIPv4Address", 12, entities.Ipv4Address)
-	ieSrc6         = ianaIE("sourceIPv6Address", 27, entities.Ipv6Address)
-	ieDst6         = ianaIE("destinationIPv6Address", 28, entities.Ipv6Address)
-	ieDirection    = ianaIE("flowDirection", 61, entities.Unsigned8) // 0 ingress, 1 egress
-	ieIfname       = entities.NewInfoElement("interfaceName", 82, entities.String, 0, entities.VariableLength)
-	ieFlowStart    = ianaIE("flowStartNanoseconds", 156, entities.Unsigned64) // first counted packet
-	ieFlowEnd      = ianaIE("flowEndNanoseconds", 157, entities.Unsigned64)   // last counted packet
-	ieIPTotalLen   = ianaIE("ipTotalLength", 224, entities.Unsigned64)
-	ieObsDomName   = entities.NewInfoElement("observationDomainName", 300, entities.String, 0, entities.VariableLength)
-	ieSelectorID   = ianaIE("selectorId", 302, entities.Unsigned64)
-	ieObsTimeNs    = ianaIE("observationTimeNanoseconds", 325, entities.Unsigned64)
-	ieDigestHash   = ianaIE("digestHashValue", 326, entities.Unsigned64)
-	enterpriseIEs  = []struct {
+	ieOctetDelta  = ianaIE("octetDeltaCount", 1, entities.Unsigned64)
+	iePacketDelta = ianaIE("packetDeltaCount", 2, entities.Unsigned64)
+	ieProtocol    = ianaIE("protocolIdentifier", 4, entities.Unsigned8)
+	ieSrcPort     = ianaIE("sourceTransportPort", 7, entities.Unsigned16)
+	ieSrc4        = ianaIE("sourceIPv4Address", 8, entities.Ipv4Address)
+	ieDstPort     = ianaIE("destinationTransportPort", 11, entities.Unsigned16)
+	ieDst4        = ianaIE("destinationIPv4Address", 12, entities.Ipv4Address)
+	ieSrc6        = ianaIE("sourceIPv6Address", 27, entities.Ipv6Address)
+	ieDst6        = ianaIE("destinationIPv6Address", 28, entities.Ipv6Address)
+	ieDirection   = ianaIE("flowDirection", 61, entities.Unsigned8) // 0 ingress, 1 egress
+	ieIfname      = entities.NewInfoElement("interfaceName", 82, entities.String, 0, entities.VariableLength)
+	ieFlowStart   = ianaIE("flowStartNanoseconds", 156, entities.Unsigned64) // first counted packet
+	ieFlowEnd     = ianaIE("flowEndNanoseconds", 157, entities.Unsigned64)   // last counted packet
+	ieIPTotalLen  = ianaIE("ipTotalLength", 224, entities.Unsigned64)
+	ieObsDomName  = entities.NewInfoElement("observationDomainName", 300, entities.String, 0, entities.VariableLength)
+	ieSelectorID  = ianaIE("selectorId", 302, entities.Unsigned64)
+	ieObsTimeNs   = ianaIE("observationTimeNanoseconds", 325, entities.Unsigned64)
+	ieDigestHash  = ianaIE("digestHashValue", 326, entities.Unsigned64)
+	enterpriseIEs = []struct {
 		name string
 		id   uint16
 		t    entities.IEDataType
