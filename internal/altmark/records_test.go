@@ -281,7 +281,10 @@ func TestFullDiskIsReportedAndRetried(t *testing.T) {
 		t.Fatalf("remount: %v: %s", err, out)
 	}
 	clock.setLimit((c + 12) * sec)
-	waitFor(t, func() bool { s := r.Status(); return s.PendingWrites == 0 && s.LastPeriod != nil && *s.LastPeriod == c+10 })
+	waitFor(t, func() bool {
+		s := r.Status()
+		return s.PendingWrites == 0 && s.LastPeriod != nil && *s.LastPeriod == c+10
+	})
 	if err := r.Stop(); err != nil {
 		t.Fatal(err)
 	}
