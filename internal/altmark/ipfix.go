@@ -1,12 +1,16 @@
 package altmark
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/vmware/go-ipfix/pkg/entities"
 	"github.com/vmware/go-ipfix/pkg/exporter"
+	"k8s.io/klog/v2"
 )
 
 // IPFIX export (RFC 7011) of every recorded period: one data record per measurement point and
@@ -76,7 +80,19 @@ type ipfixExporter struct {
 	ent   map[string]*entities.InfoElement
 }
 
+// quietKlog sends go-ipfix's klog lines to slog, warnings and errors only.
+var quietKlog = sync.OnceFunc(func() {
+	klog.SetSlogLogger(slog.New(warnHandler{slog.Default().Handler()}))
+})
+
+type warnHandler struct{ slog.Handler }
+
+func (h warnHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
 func newExporter(cfg *IPFIX, probe string, taiMinusUTC int64) (*ipfixExporter, error) {
+	quietKlog()
 	ep, err := exporter.InitExportingProcess(exporter.ExporterInput{
 		CollectorAddress:    cfg.Collector,
 		CollectorProtocol:   cfg.Transport,
