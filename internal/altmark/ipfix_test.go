@@ -116,8 +116,8 @@ func TestIPFIXDecodedByTshark(t *testing.T) {
 		"cflow.digest_hash_value=" + strconv.Itoa(0xabcd0000),
 		"cflow.observation_domain_name=r1",
 		"cflow.observation_time_nanoseconds=Nov 23, 2025 00:00:00.250000000",
-		"cflow.enterprise_private_entry=00:00:00:4d", // flowMonId 77
-		"cflow.enterprise_private_entry=ff:ff:ff:ff", // no FlowMonID
+		"cflow.enterprise_private_entry=00:00:00:4d",         // flowMonId 77
+		"cflow.enterprise_private_entry=ff:ff:ff:ff",         // no FlowMonID
 		"cflow.abstimestart=Nov 22, 2025 23:59:23.000000000", // TAI 1763856000 s − 37 s
 		"cflow.template_ipfix_field_pen=32473",
 	} {
