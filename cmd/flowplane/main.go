@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowplane/flowplane/internal/altmark"
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/conntrack"
 	"github.com/flowplane/flowplane/internal/lab"
@@ -37,6 +38,7 @@ func main() {
 	root.AddCommand(conntrack.Command())
 	root.AddCommand(tune.Command())
 	root.AddCommand(vnet.Command())
+	root.AddCommand(altmark.Command())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "flowplane: %v\n", err)
 		code := cli.ExitCode(err)

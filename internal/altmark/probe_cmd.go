@@ -25,12 +25,12 @@ func probeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "probe --config FILE [--listen ADDR]",
 		Short: "Count marked packets per period and color, sample them by hash, write period records",
-		Long: `Attach the probe to the configured interfaces (tcx ingress/egress), read every period's
-counters L/2 after it ends, and write them as Parquet and JSON Lines under data_dir
+		Long: `Attach the probe to the configured interfaces (tcx ingress/egress), read every
+period's counters L/2 after it ends, and write them as Parquet and JSON Lines under data_dir
 (docs/altmark-records.md), exporting them by IPFIX when configured. With --listen, serve the
 REST API (docs/altmark.md); a non-loopback address needs a bearer token, read from
---token-file or $` + TokenEnv + `. Without --listen the probe runs until the configured number
-of periods is recorded or it is interrupted.`,
+--token-file or $` + TokenEnv + `. Without --listen the probe runs until the configured
+number of periods is recorded or it is interrupted.`,
 		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfgFile == "" {
