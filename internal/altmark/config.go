@@ -174,6 +174,9 @@ func decodeConfig(el *config.Collector, data []byte) *Config {
 		}
 	})
 	if root.Kind != yaml.MappingNode {
+		if root.Tag == "!!null" { // EachKey takes null for an empty mapping; a whole file cannot be
+			el.Add(root.Line, "", "the file holds no settings; a probe needs at least interfaces and carrier")
+		}
 		return c
 	}
 	if c.ProbeID == "" {
@@ -235,7 +238,7 @@ func decodeInterfaces(d *dec, v *yaml.Node) []Interface {
 				ifc.Direction = s
 			}
 		})
-		if iv.Kind == yaml.MappingNode && !config.HasKey(iv, "name") {
+		if (iv.Kind == yaml.MappingNode || iv.Tag == "!!null") && !config.HasKey(iv, "name") {
 			el.Add(iv.Line, field+".name", "missing; name the interface")
 		}
 		out = append(out, ifc)
@@ -268,7 +271,7 @@ func decodeProtocols(d *dec, v *yaml.Node) []string {
 		d.el.Add(v.Line, "protocols", "must be a list of IP protocols, e.g. [tcp, udp, 132]; empty counts all")
 		return nil
 	}
-	out := []string{}
+	var out []string
 	for i, pv := range v.Content {
 		f := fmt.Sprintf("protocols[%d]", i)
 		s, ok := d.el.Scalar(pv, f)
@@ -310,7 +313,7 @@ func decodeBackbone(d *dec, v *yaml.Node) []string {
 		d.el.Add(v.Line, "backbone", "must be a list of IPv4 prefixes, e.g. [198.18.0.0/24]")
 		return nil
 	}
-	out := []string{}
+	var out []string
 	for i, pv := range v.Content {
 		f := fmt.Sprintf("backbone[%d]", i)
 		s, ok := d.el.Scalar(pv, f)
@@ -365,7 +368,7 @@ func decodeIPFIX(d *dec, v *yaml.Node) *IPFIX {
 			}
 		}
 	})
-	if v.Kind == yaml.MappingNode && !config.HasKey(v, "collector") {
+	if (v.Kind == yaml.MappingNode || v.Tag == "!!null") && !config.HasKey(v, "collector") {
 		el.Add(v.Line, "ipfix.collector", "missing; give the collector's host:port")
 	}
 	return x

@@ -153,3 +153,30 @@ func TestProbeCommandBadConfigExits2(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseConfig: any input (a file, a PUT body) is accepted or refused with field errors,
+// never a panic, and what is accepted survives the JSON round trip of GET/PUT /config.
+func FuzzParseConfig(f *testing.F) {
+	for _, s := range []string{
+		"interfaces: [{name: eth0}]\ncarrier: dscp\n",
+		`{"interfaces":[{"name":"e","direction":"in"}],"carrier":"ipv4-flag","backbone":["198.18.0.0/16"],"ipfix":{"collector":"h"}}`,
+		"interfaces: [{name: eth0}]\ncarrier: dscp\nprotocols: [1, tcp]\ndscp_bits: [2, 3]\nperiod: 250ms\n",
+		"- a\n- b\n", "{", "interfaces: &a [*a]\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := ParseConfig("fuzz", data)
+		if err != nil {
+			return
+		}
+		again, err := ParseConfig("json", mustJSON(t, cfg))
+		if err != nil {
+			t.Fatalf("accepted %q but not its JSON: %v", data, err)
+		}
+		if !reflect.DeepEqual(cfg, again) {
+			t.Fatalf("round trip of %q: %+v != %+v", data, again, cfg)
+		}
+		cfg.Spec()
+	})
+}

@@ -101,6 +101,11 @@ func runProbe(ctx context.Context, cfg *Config, listen, token string, idle bool)
 			return fmt.Errorf("API server: %w", err)
 		}
 	}
+	if ctx.Err() != nil {
+		// A second interrupt ends the process at once instead of waiting for the period.
+		signal.Reset(os.Interrupt, syscall.SIGTERM)
+		slog.Info("altmark probe stopping: the period that has ended is still read (at most L/2); interrupt again to quit at once")
+	}
 	if err := r.Stop(); err != nil && !errors.Is(err, ErrNotRunning) {
 		return err
 	}
