@@ -14,6 +14,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flowplane/flowplane/internal/testenv"
 )
@@ -152,5 +153,46 @@ func flatten(v any, out *[]string) {
 		for _, e := range v {
 			flatten(e, out)
 		}
+	}
+}
+
+// TestRunnerExportsEveryRecordedPeriod runs the loop with an IPFIX collector: every recorded
+// period's counters and samples go out; an unreachable TCP collector fails Start.
+func TestRunnerExportsEveryRecordedPeriod(t *testing.T) {
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cfg := testConfig(t, "periods: 2\nipfix: {collector: '"+conn.LocalAddr().String()+"'}\n")
+	r, _ := testRunner(t, cfg, newFakeClock(8_000_000*sec, 1<<62))
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Wait()
+	m := r.Metrics.ExportedRecs
+	if c, s := testutil.ToFloat64(m.WithLabelValues("counters")), testutil.ToFloat64(m.WithLabelValues("samples")); c != 6 || s != 14 {
+		t.Errorf("exported %v counter records, %v samples; want 6, 14", c, s)
+	}
+	conn.SetReadDeadline(time.Now().Add(time.Second))
+	msgs := 0
+	for buf := make([]byte, 65536); ; msgs++ {
+		if _, _, err := conn.ReadFromUDP(buf); err != nil {
+			break
+		}
+	}
+	if msgs != 3+2*3 {
+		t.Errorf("%d messages, want 3 templates + 2 periods × (counters, IPv4 and IPv6 samples)", msgs)
+	}
+	if st := r.Status(); st.ExportErrors != 0 || st.LastError != "" {
+		t.Errorf("status %+v", st)
+	}
+
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	cfg.IPFIX = &IPFIX{Collector: addr, Transport: "tcp", ObservationDomain: 1, Enterprise: documentationPEN}
+	if err := r.Start(); err == nil || !strings.Contains(err.Error(), "ipfix.collector") {
+		t.Errorf("start with an unreachable collector: %v", err)
 	}
 }
