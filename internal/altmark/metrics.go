@@ -1,6 +1,9 @@
 package altmark
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
 
 // Metrics is every Prometheus metric of the probe, defined here and nowhere else.
 type Metrics struct {
@@ -57,7 +60,7 @@ func NewMetrics() *Metrics {
 	}
 	reg.MustRegister(m.Running, m.LastPeriod, m.PeriodsWritten, m.PeriodsSkipped, m.WriteErrors, m.PendingWrites,
 		m.ExportErrors, m.ExportedRecs, m.ReadLag, m.Packets, m.Bytes, m.Samples, m.Malformed,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
