@@ -54,7 +54,10 @@ number of periods is recorded or it is interrupted.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runProbe(ctx, cfg, listen, token, idle)
+			// Once interrupted, a second interrupt ends the process at once (default handling)
+			// instead of waiting for the period being finished.
+			context.AfterFunc(ctx, stop)
+			return runProbe(ctx, cfg, listen, token, idle, OpenProbe, nil)
 		},
 	}
 	cmd.Flags().StringVar(&cfgFile, "config", "", "probe configuration file (YAML; docs/altmark.md)")
@@ -64,8 +67,10 @@ number of periods is recorded or it is interrupted.`,
 	return cmd
 }
 
-func runProbe(ctx context.Context, cfg *Config, listen, token string, idle bool) error {
-	r := NewRunner(cfg, OpenProbe)
+// runProbe runs the probe until ctx ends (or, without an API, until its periods are recorded).
+// listening, if not nil, is told the API's address.
+func runProbe(ctx context.Context, cfg *Config, listen, token string, idle bool, open func(ProbeSpec) (Datapath, error), listening func(string)) error {
+	r := NewRunner(cfg, open)
 	r.Check = (*Config).CheckInterfaces
 	var srv *http.Server
 	srvErr := make(chan error, 1)
@@ -77,6 +82,9 @@ func runProbe(ctx context.Context, cfg *Config, listen, token string, idle bool)
 		srv = &http.Server{Handler: (&API{R: r, Token: token}).Handler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { srvErr <- srv.Serve(ln) }()
 		slog.Info("altmark probe API", "listen", ln.Addr().String(), "token", token != "")
+		if listening != nil {
+			listening(ln.Addr().String())
+		}
 	}
 	if !idle {
 		if err := r.Start(); err != nil {
@@ -102,8 +110,6 @@ func runProbe(ctx context.Context, cfg *Config, listen, token string, idle bool)
 		}
 	}
 	if ctx.Err() != nil {
-		// A second interrupt ends the process at once instead of waiting for the period.
-		signal.Reset(os.Interrupt, syscall.SIGTERM)
 		slog.Info("altmark probe stopping: the period that has ended is still read (at most L/2); interrupt again to quit at once")
 	}
 	if err := r.Stop(); err != nil && !errors.Is(err, ErrNotRunning) {
