@@ -213,3 +213,20 @@ func TestOpenAPIInDocs(t *testing.T) {
 		t.Error("docs/altmark.md's OpenAPI document differs from internal/altmark/openapi.json; copy it over")
 	}
 }
+
+// An interface the namespace lacks fails POST /start with 400 naming the field; nothing attaches.
+func TestStartNamesAMissingInterface(t *testing.T) {
+	cfg := testConfig(t, "")
+	r, dps := testRunner(t, cfg, newFakeClock(sec, 1<<62))
+	r.Check = (*Config).CheckInterfaces
+	cfg.Interfaces = []Interface{{Name: "lo", Direction: "in"}, {Name: "fpnosuch0", Direction: "both"}}
+	srv := httptest.NewServer((&API{R: r}).Handler())
+	defer srv.Close()
+	code, body := apiClient{t: t, url: srv.URL}.do("POST", "/start", nil)
+	if code != 400 || body["field"] != "interfaces[1].name" || !strings.Contains(body["error"].(string), `no interface "fpnosuch0"`) {
+		t.Errorf("start: %d %v", code, body)
+	}
+	if len(*dps) != 0 || r.Status().State != "stopped" {
+		t.Error("the datapath was opened")
+	}
+}
