@@ -308,6 +308,18 @@ func (r *Runner) record(cfg *Config, n int64, counters []Counter, samples []Samp
 	}
 	p := &Period{SchemaVersion: SchemaVersion, Probe: cfg.ProbeID, Period: n, PeriodNs: L, Color: color, StartTAINs: n * L,
 		Counters: slices.Clone(counters), Samples: slices.Clone(samples)}
+	// Every point has a row even when the datapath gave none (no packet): a missing row is not
+	// a zero to a reader. Carriers with FlowMonIDs have rows per flow seen only.
+	if cfg.Carrier != carrierIPv6AltMrk {
+		for _, pt := range cfg.Points() {
+			if !slices.ContainsFunc(p.Counters, func(c Counter) bool { return c.Ifname == pt.Ifname && c.Direction == pt.Direction }) {
+				p.Counters = append(p.Counters, Counter{Ifname: pt.Ifname, Direction: pt.Direction, FlowMonID: -1, HashBits: int32(cfg.HashBits)})
+			}
+		}
+	}
+	for i := range p.Samples {
+		p.Samples[i].Color = color // a sample of period n has n's color
+	}
 	for i := range p.Counters {
 		c := &p.Counters[i]
 		c.PeriodNs, c.Color, c.StartTAINs = L, color, n*L

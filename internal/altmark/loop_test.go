@@ -200,3 +200,22 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A point the datapath gave no row for (no packet in the period) gets a zero row.
+func TestRecordHasARowPerPoint(t *testing.T) {
+	cfg := testConfig(t, "")
+	p := (&Runner{}).record(cfg, 10, []Counter{{Ifname: "eth0", Direction: "out", Ifindex: 2, FlowMonID: -1, Packets: 5}}, nil)
+	var got []string
+	for _, c := range p.Counters {
+		got = append(got, c.Ifname+"/"+c.Direction)
+		if c.Carrier != "dscp" || c.PeriodNs != sec || c.SchemaVersion != 1 || c.FlowMonID != -1 {
+			t.Errorf("row %+v", c)
+		}
+	}
+	if want := []string{"eth0/in", "eth0/out", "eth1/in"}; !slices.Equal(got, want) {
+		t.Errorf("rows %v, want %v", got, want)
+	}
+	if p.Samples == nil || len(p.Samples) != 0 {
+		t.Errorf("samples %v, want empty", p.Samples)
+	}
+}
