@@ -243,8 +243,8 @@ func (r *Runner) loop(rn *run) {
 			r.Clock.Until(due, nil)
 			stopping = true
 		}
+		lag := r.Clock.Now() - due // when the read starts: the maps are read from here on
 		counters, samples, err := rn.dp.Read(n)
-		lag := r.Clock.Now() - due
 		r.Metrics.ReadLag.Observe(float64(lag) / 1e9)
 		if n >= first {
 			recorded++
