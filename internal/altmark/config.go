@@ -1,0 +1,468 @@
+package altmark
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/flowplane/flowplane/internal/config"
+)
+
+// Config is the probe's configuration file, and the body of the REST API's GET/PUT /config:
+// the JSON names are the file's keys. Parse validates it; Spec turns it into what the kernel
+// side needs.
+type Config struct {
+	ProbeID    string      `json:"probe_id"`
+	Interfaces []Interface `json:"interfaces"`
+	Period     Duration    `json:"period"`
+	Periods    int64       `json:"periods"` // periods to record, 0 = until stopped
+	StartColor int         `json:"start_color"`
+	Carrier    string      `json:"carrier"`
+	DSCPBits   []int       `json:"dscp_bits,omitempty"`
+	HashRef    uint32      `json:"hash_ref"`
+	HashBits   int         `json:"hash_bits"`
+	NMax       int         `json:"nmax"`
+	Protocols  []string    `json:"protocols,omitempty"`
+	Backbone   []string    `json:"backbone,omitempty"`
+	DataDir    string      `json:"data_dir"`
+	IPFIX      *IPFIX      `json:"ipfix,omitempty"`
+}
+
+// Interface is one monitored interface and the directions counted on it.
+type Interface struct {
+	Name      string `json:"name"`
+	Direction string `json:"direction"` // in, out or both
+}
+
+// IPFIX is where period records are exported.
+type IPFIX struct {
+	Collector         string `json:"collector"` // host:port
+	Transport         string `json:"transport"` // udp or tcp
+	ObservationDomain uint32 `json:"observation_domain"`
+	// Enterprise is the private enterprise number of the elements IANA has no number for yet.
+	Enterprise uint32 `json:"enterprise"`
+}
+
+// Duration is a time.Duration written as "1s" in JSON.
+type Duration time.Duration
+
+// MarshalJSON writes d as Go's duration text.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// Defaults and limits.
+const (
+	DefaultDataDir    = "/var/lib/flowplane/altmark"
+	defaultPeriod     = time.Second
+	minPeriod         = 10 * time.Millisecond
+	maxPeriod         = time.Hour
+	defaultHashBits   = 8
+	defaultNMax       = 1000
+	maxNMax           = 1 << 16
+	defaultIPFIXPort  = "4739"
+	documentationPEN  = 32473 // RFC 5612: the enterprise number for documentation and examples
+	defaultObsDomain  = 1
+	maxIfnameLen      = 15 // IFNAMSIZ - 1
+	carrierDSCP       = "dscp"
+	carrierIPv4Flag   = "ipv4-flag"
+	carrierIPv6AltMrk = "ipv6-altmark"
+)
+
+var (
+	carriers    = []string{carrierDSCP, carrierIPv4Flag, carrierIPv6AltMrk}
+	directions  = []string{"in", "out", "both"}
+	configKeys  = []string{"probe_id", "interfaces", "period", "periods", "start_color", "carrier", "dscp_bits", "hash_ref", "hash_bits", "nmax", "protocols", "backbone", "data_dir", "ipfix"}
+	probeIDRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+	protoByName = map[string]uint8{"icmp": 1, "tcp": 6, "udp": 17, "gre": 47, "esp": 50, "icmpv6": 58, "ipv6-icmp": 58, "sctp": 132}
+)
+
+// ParseConfig reads and validates a probe configuration (YAML, or JSON, which is YAML too).
+// The error is config.Errors naming every bad field with its line; nothing is half-accepted.
+func ParseConfig(file string, data []byte) (*Config, error) {
+	el := &config.Collector{File: file}
+	c := decodeConfig(el, data)
+	if err := el.Err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// LoadConfig reads and validates the file at path.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return ParseConfig(path, data)
+}
+
+func decodeConfig(el *config.Collector, data []byte) *Config {
+	root := el.Root(data, "a probe needs at least interfaces and carrier (see docs/altmark.md)")
+	if root == nil {
+		return nil
+	}
+	c := &Config{Period: Duration(defaultPeriod), HashBits: defaultHashBits, NMax: defaultNMax, DataDir: DefaultDataDir}
+	d := &dec{el: el}
+	el.EachKey(root, "", configKeys, func(key string, v *yaml.Node) {
+		switch key {
+		case "probe_id":
+			if s, ok := el.Scalar(v, key); ok {
+				if !probeIDRE.MatchString(s) {
+					el.Add(v.Line, key, "%q: use 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit (it names a directory)", s)
+				}
+				c.ProbeID = s
+			}
+		case "interfaces":
+			c.Interfaces = decodeInterfaces(d, v)
+		case "period":
+			if dur, ok := d.duration(v, key, minPeriod, maxPeriod); ok {
+				c.Period = Duration(dur)
+				if dur < 100*time.Millisecond {
+					el.Warn(v.Line, key, "%v is short: RFC 9341 needs L > 2×(clock error + delay spread) between the measurement points", dur)
+				}
+			}
+		case "periods":
+			if n, ok := d.integer(v, key, 0, 1<<40); ok {
+				c.Periods = n
+			}
+		case "start_color":
+			if n, ok := d.integer(v, key, 0, 1); ok {
+				c.StartColor = int(n)
+			}
+		case "carrier":
+			if s, ok := el.Scalar(v, key); ok {
+				if !slices.Contains(carriers, s) {
+					el.Add(v.Line, key, "%q: want one of %s (the marker's carrier)", s, strings.Join(carriers, ", "))
+				}
+				c.Carrier = s
+			}
+		case "dscp_bits":
+			c.DSCPBits = decodeDSCPBits(d, v)
+		case "hash_ref":
+			if n, ok := d.integer(v, key, 0, 1<<32-1); ok {
+				c.HashRef = uint32(n)
+			}
+		case "hash_bits":
+			if n, ok := d.integer(v, key, 0, 32); ok {
+				c.HashBits = int(n)
+			}
+		case "nmax":
+			if n, ok := d.integer(v, key, 2, maxNMax); ok {
+				c.NMax = int(n)
+			}
+		case "protocols":
+			c.Protocols = decodeProtocols(d, v)
+		case "backbone":
+			c.Backbone = decodeBackbone(d, v)
+		case "data_dir":
+			if s, ok := el.Scalar(v, key); ok {
+				if s == "" {
+					el.Add(v.Line, key, "empty; give the directory the period records go to")
+				}
+				c.DataDir = s
+			}
+		case "ipfix":
+			c.IPFIX = decodeIPFIX(d, v)
+		}
+	})
+	if root.Kind != yaml.MappingNode {
+		if root.Tag == "!!null" { // EachKey takes null for an empty mapping; a whole file cannot be
+			el.Add(root.Line, "", "the file holds no settings; a probe needs at least interfaces and carrier")
+		}
+		return c
+	}
+	if c.ProbeID == "" {
+		host, err := os.Hostname()
+		if err != nil || !probeIDRE.MatchString(host) {
+			el.Add(root.Line, "probe_id", "missing, and the hostname %q cannot stand in for it; give probe_id", host)
+		}
+		c.ProbeID = host
+	}
+	if !config.HasKey(root, "interfaces") {
+		el.Add(root.Line, "interfaces", "missing; list the monitored interfaces, e.g. interfaces: [{name: eth0, direction: both}]")
+	}
+	if !config.HasKey(root, "carrier") {
+		el.Add(root.Line, "carrier", "missing; one of %s (the marker's carrier)", strings.Join(carriers, ", "))
+	}
+	if c.Carrier == carrierDSCP && c.DSCPBits == nil {
+		c.DSCPBits = []int{0, 1}
+	}
+	if c.DSCPBits != nil && c.Carrier != carrierDSCP && c.Carrier != "" {
+		el.Add(root.Line, "dscp_bits", "only the dscp carrier uses DSCP bits; carrier is %s", c.Carrier)
+	}
+	if len(c.Backbone) > 0 && c.Carrier != carrierIPv4Flag && c.Carrier != "" {
+		el.Add(root.Line, "backbone", "only the ipv4-flag carrier has a backbone prefix; carrier is %s", c.Carrier)
+	}
+	return c
+}
+
+func decodeInterfaces(d *dec, v *yaml.Node) []Interface {
+	el := d.el
+	if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+		el.Add(v.Line, "interfaces", "must be a non-empty list, e.g. [{name: eth0, direction: both}]")
+		return nil
+	}
+	var out []Interface
+	for i, iv := range v.Content {
+		field := fmt.Sprintf("interfaces[%d]", i)
+		ifc := Interface{Direction: "both"}
+		el.EachKey(iv, field, []string{"name", "direction"}, func(key string, kv *yaml.Node) {
+			f := field + "." + key
+			s, ok := el.Scalar(kv, f)
+			if !ok {
+				return
+			}
+			switch key {
+			case "name":
+				if s == "" || len(s) > maxIfnameLen || strings.ContainsAny(s, "/ \t:") {
+					el.Add(kv.Line, f, "%q is not an interface name (1 to %d characters, no '/', ':' or spaces)", s, maxIfnameLen)
+				}
+				for j, o := range out {
+					if o.Name == s {
+						el.Add(kv.Line, f, "interface %s given twice (also interfaces[%d]); use direction: both", s, j)
+					}
+				}
+				ifc.Name = s
+			case "direction":
+				if !slices.Contains(directions, s) {
+					el.Add(kv.Line, f, "%q: want in (tcx ingress), out (tcx egress) or both", s)
+				}
+				ifc.Direction = s
+			}
+		})
+		if (iv.Kind == yaml.MappingNode || iv.Tag == "!!null") && !config.HasKey(iv, "name") {
+			el.Add(iv.Line, field+".name", "missing; name the interface")
+		}
+		out = append(out, ifc)
+	}
+	return out
+}
+
+func decodeDSCPBits(d *dec, v *yaml.Node) []int {
+	if v.Kind != yaml.SequenceNode || len(v.Content) != 2 {
+		d.el.Add(v.Line, "dscp_bits", "must be a list of two DSCP bit numbers, color then delay, e.g. [0, 1] (bit 0 is the DSCP's least significant bit)")
+		return nil
+	}
+	var bits []int
+	for i, bv := range v.Content {
+		n, ok := d.integer(bv, fmt.Sprintf("dscp_bits[%d]", i), 0, 5)
+		if !ok {
+			return nil
+		}
+		bits = append(bits, int(n))
+	}
+	if bits[0] == bits[1] {
+		d.el.Add(v.Line, "dscp_bits", "color and delay need two different bits, both are %d", bits[0])
+		return nil
+	}
+	return bits
+}
+
+func decodeProtocols(d *dec, v *yaml.Node) []string {
+	if v.Kind != yaml.SequenceNode {
+		d.el.Add(v.Line, "protocols", "must be a list of IP protocols, e.g. [tcp, udp, 132]; empty counts all")
+		return nil
+	}
+	var out []string
+	for i, pv := range v.Content {
+		f := fmt.Sprintf("protocols[%d]", i)
+		s, ok := d.el.Scalar(pv, f)
+		if !ok {
+			continue
+		}
+		s = strings.ToLower(s)
+		if _, err := protocolNumber(s); err != nil {
+			d.el.Add(pv.Line, f, "%v", err)
+			continue
+		}
+		if slices.Contains(out, s) {
+			d.el.Add(pv.Line, f, "protocol %s given twice", s)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func protocolNumber(s string) (uint8, error) {
+	if n, ok := protoByName[s]; ok {
+		return n, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 8)
+	if err != nil {
+		names := make([]string, 0, len(protoByName))
+		for k := range protoByName {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		return 0, fmt.Errorf("%q is not an IP protocol: give a number 0-255 or one of %s", s, strings.Join(names, ", "))
+	}
+	return uint8(n), nil
+}
+
+func decodeBackbone(d *dec, v *yaml.Node) []string {
+	if v.Kind != yaml.SequenceNode {
+		d.el.Add(v.Line, "backbone", "must be a list of IPv4 prefixes, e.g. [198.18.0.0/24]")
+		return nil
+	}
+	var out []string
+	for i, pv := range v.Content {
+		f := fmt.Sprintf("backbone[%d]", i)
+		s, ok := d.el.Scalar(pv, f)
+		if !ok {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil || !p.Addr().Is4() {
+			d.el.Add(pv.Line, f, "%q is not an IPv4 prefix (the ipv4-flag carrier is IPv4 only), e.g. 198.18.0.0/24", s)
+			continue
+		}
+		out = append(out, p.Masked().String())
+	}
+	return out
+}
+
+func decodeIPFIX(d *dec, v *yaml.Node) *IPFIX {
+	el := d.el
+	x := &IPFIX{Transport: "udp", ObservationDomain: defaultObsDomain, Enterprise: documentationPEN}
+	el.EachKey(v, "ipfix", []string{"collector", "transport", "observation_domain", "enterprise"}, func(key string, kv *yaml.Node) {
+		f := "ipfix." + key
+		switch key {
+		case "collector":
+			s, ok := el.Scalar(kv, f)
+			if !ok {
+				return
+			}
+			host, port, err := net.SplitHostPort(s)
+			if err != nil {
+				// A bare host gets the IPFIX port (RFC 7011: 4739).
+				host, port = s, defaultIPFIXPort
+				s = net.JoinHostPort(host, port)
+			}
+			if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || host == "" {
+				el.Add(kv.Line, f, "%q is not host:port, e.g. 198.18.0.10:4739", s)
+			}
+			x.Collector = s
+		case "transport":
+			if s, ok := el.Scalar(kv, f); ok {
+				if s != "udp" && s != "tcp" {
+					el.Add(kv.Line, f, "%q: want udp or tcp", s)
+				}
+				x.Transport = s
+			}
+		case "observation_domain":
+			if n, ok := d.integer(kv, f, 0, 1<<32-1); ok {
+				x.ObservationDomain = uint32(n)
+			}
+		case "enterprise":
+			if n, ok := d.integer(kv, f, 1, 1<<32-1); ok {
+				x.Enterprise = uint32(n)
+			}
+		}
+	})
+	if (v.Kind == yaml.MappingNode || v.Tag == "!!null") && !config.HasKey(v, "collector") {
+		el.Add(v.Line, "ipfix.collector", "missing; give the collector's host:port")
+	}
+	return x
+}
+
+// dec reads typed scalars, recording an error naming the field when one is not.
+type dec struct{ el *config.Collector }
+
+func (d *dec) integer(v *yaml.Node, f string, lo, hi int64) (int64, bool) {
+	s, ok := d.el.Scalar(v, f)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 0, 64)
+	if err != nil || n < lo || n > hi {
+		d.el.Add(v.Line, f, "%q is not a whole number from %d to %d", s, lo, hi)
+		return 0, false
+	}
+	return n, true
+}
+
+func (d *dec) duration(v *yaml.Node, f string, lo, hi time.Duration) (time.Duration, bool) {
+	s, ok := d.el.Scalar(v, f)
+	if !ok {
+		return 0, false
+	}
+	dur, err := time.ParseDuration(s)
+	if err != nil {
+		d.el.Add(v.Line, f, "%q is not a duration; write e.g. 1s or 500ms", s)
+		return 0, false
+	}
+	if dur < lo || dur > hi {
+		d.el.Add(v.Line, f, "%v is outside %v to %v", dur, lo, hi)
+		return 0, false
+	}
+	if dur%time.Millisecond != 0 {
+		d.el.Add(v.Line, f, "%v: give whole milliseconds", dur)
+		return 0, false
+	}
+	return dur, true
+}
+
+// Points lists the measurement points, in and out for "both".
+func (c *Config) Points() []Point {
+	var ps []Point
+	for _, i := range c.Interfaces {
+		if i.Direction == "in" || i.Direction == "both" {
+			ps = append(ps, Point{Ifname: i.Name, Direction: "in"})
+		}
+		if i.Direction == "out" || i.Direction == "both" {
+			ps = append(ps, Point{Ifname: i.Name, Direction: "out"})
+		}
+	}
+	return ps
+}
+
+// PeriodNs is the period length L in nanoseconds.
+func (c *Config) PeriodNs() int64 { return int64(c.Period) }
+
+// Spec is c in the kernel side's terms. c must have come from ParseConfig.
+func (c *Config) Spec() ProbeSpec {
+	s := ProbeSpec{
+		Points:     c.Points(),
+		PeriodNs:   c.PeriodNs(),
+		StartColor: c.StartColor,
+		Carrier:    c.Carrier,
+		HashRef:    c.HashRef,
+		HashBits:   c.HashBits,
+		NMax:       c.NMax,
+	}
+	if len(c.DSCPBits) == 2 {
+		s.DSCPBits = [2]uint8{uint8(c.DSCPBits[0]), uint8(c.DSCPBits[1])}
+	}
+	for _, p := range c.Protocols {
+		n, _ := protocolNumber(p)
+		s.Protocols = append(s.Protocols, n)
+	}
+	for _, b := range c.Backbone {
+		s.Backbone = append(s.Backbone, netip.MustParsePrefix(b))
+	}
+	return s
+}
+
+// CheckInterfaces reports the configured interfaces this namespace does not have, naming the
+// field, before anything attaches.
+func (c *Config) CheckInterfaces() error {
+	var errs config.Errors
+	for i, ifc := range c.Interfaces {
+		if _, err := net.InterfaceByName(ifc.Name); err != nil {
+			errs = append(errs, config.Error{File: "config", Field: fmt.Sprintf("interfaces[%d].name", i), Msg: fmt.Sprintf("no interface %q in this network namespace", ifc.Name)})
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}

@@ -1,0 +1,221 @@
+package altmark
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestLoopRecordsWholePeriodsOnly(t *testing.T) {
+	const c = 1_000_000
+	for _, tc := range []struct {
+		name   string
+		offset int64 // where in period c the probe starts
+	}{{"first half", sec / 5}, {"second half", sec * 7 / 10}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, "periods: 3\n")
+			clock := newFakeClock(c*sec+tc.offset, 1<<62)
+			r, dps := testRunner(t, cfg, clock)
+			if err := r.Start(); err != nil {
+				t.Fatal(err)
+			}
+			r.Wait()
+			dp := (*dps)[0]
+			// c-1 clears the color c+1 counts with, c is partial, c+1..c+3 are recorded.
+			if got, want := dp.readList(), []int64{c - 1, c, c + 1, c + 2, c + 3}; !slices.Equal(got, want) {
+				t.Errorf("reads %v, want %v", got, want)
+			}
+			if !dp.closed {
+				t.Error("datapath not closed")
+			}
+			ps, err := r.Store().Periods()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []int64{c + 1, c + 2, c + 3}; !slices.Equal(ps, want) {
+				t.Errorf("periods %v, want %v", ps, want)
+			}
+			st := r.Status()
+			if st.State != "finished" || st.PeriodsWritten != 3 || *st.FirstPeriod != c+1 || *st.LastPeriod != c+3 || st.LastError != "" {
+				t.Errorf("status %+v", st)
+			}
+			p, err := r.Store().Read(c + 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRecord(t, p, cfg, c+2)
+		})
+	}
+}
+
+// checkRecord checks what the loop fills in around the datapath's counts.
+func checkRecord(t *testing.T, p *Period, cfg *Config, n int64) {
+	t.Helper()
+	L := cfg.PeriodNs()
+	if p.Probe != cfg.ProbeID || p.Period != n || p.PeriodNs != L || p.StartTAINs != n*L || p.Color != int32(n&1) || p.SchemaVersion != 1 {
+		t.Errorf("period header %+v", p)
+	}
+	if len(p.Counters) != 3 {
+		t.Fatalf("%d counters, want 3 (eth0 in, eth0 out, eth1 in)", len(p.Counters))
+	}
+	for i, want := range []Point{{"eth0", "in"}, {"eth0", "out"}, {"eth1", "in"}} {
+		c := p.Counters[i]
+		if c.Ifname != want.Ifname || c.Direction != want.Direction {
+			t.Errorf("counter %d is %s/%s, want %v (sorted)", i, c.Ifname, c.Direction, want)
+		}
+		if c.Packets != wantPackets(n, want) || c.Samples != 2 || c.Carrier != "dscp" || c.Color != p.Color ||
+			c.PeriodNs != L || c.StartTAINs != n*L || c.HashRef != int64(cfg.HashRef) || c.SchemaVersion != 1 {
+			t.Errorf("counter %d: %+v", i, c)
+		}
+	}
+	if len(p.Samples) != 7 || !slices.IsSortedFunc(p.Samples, func(a, b Sample) int { return int(a.TAINs - b.TAINs) }) {
+		t.Errorf("samples %d, sorted by time: %v", len(p.Samples), p.Samples)
+	}
+}
+
+func TestStopReadsTheEndedPeriodAndRestartResumesAtTheNextWholeOne(t *testing.T) {
+	const c = 2_000_000
+	cfg := testConfig(t, "")
+	// Time runs to a quarter into period c+5: c+4 has ended but is not read yet.
+	clock := newFakeClock(c*sec+sec/5, (c+5)*sec+sec/4)
+	r, dps := testRunner(t, cfg, clock)
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { s := r.Status(); return s.LastPeriod != nil && *s.LastPeriod == c+3 })
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := (*dps)[0].readList(), []int64{c - 1, c, c + 1, c + 2, c + 3, c + 4}; !slices.Equal(got, want) {
+		t.Errorf("first run read %v, want %v", got, want)
+	}
+	if err := r.Stop(); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("second stop: %v, want ErrNotRunning", err)
+	}
+	// Restart at (c+5)L + L/2: c+5 is partial, c+6 is the next whole period.
+	cfg.Periods = 2
+	clock.setLimit(1 << 62)
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Wait()
+	ps, _ := r.Store().Periods()
+	if want := []int64{c + 1, c + 2, c + 3, c + 4, c + 6, c + 7}; !slices.Equal(ps, want) {
+		t.Errorf("periods %v, want %v", ps, want)
+	}
+	if got, want := (*dps)[1].readList(), []int64{c + 4, c + 5, c + 6, c + 7}; !slices.Equal(got, want) {
+		t.Errorf("second run read %v, want %v", got, want)
+	}
+}
+
+func TestRestartNeverOverwritesARecord(t *testing.T) {
+	const c = 3_000_000
+	cfg := testConfig(t, "periods: 1\n")
+	// A record ahead of the clock (a clock stepped back): the run starts after it.
+	if err := (Store{Dir: cfg.DataDir, Probe: cfg.ProbeID}).Write(&Period{Period: c + 5, Probe: cfg.ProbeID}); err != nil {
+		t.Fatal(err)
+	}
+	r, dps := testRunner(t, cfg, newFakeClock(c*sec, 1<<62))
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Wait()
+	if st := r.Status(); *st.FirstPeriod != c+6 || *st.LastPeriod != c+6 {
+		t.Errorf("first %d last %d, want %d", *st.FirstPeriod, *st.LastPeriod, c+6)
+	}
+	if got := (*dps)[0].readList(); got[len(got)-1] != c+6 {
+		t.Errorf("reads %v", got)
+	}
+}
+
+func TestLateAndFailedReadsAreReported(t *testing.T) {
+	const c = 4_000_000
+	cfg := testConfig(t, "periods: 4\n")
+	clock := newFakeClock(c*sec, 1<<62)
+	// The read of c+2 comes a whole period late: its color is counting c+4 already.
+	clock.stall = func(t int64) int64 {
+		if t == (c+3)*sec+sec/2 {
+			return t + sec
+		}
+		return t
+	}
+	r, dps := testRunner(t, cfg, clock)
+	r.Open = func(s ProbeSpec) (Datapath, error) {
+		dp := &memDatapath{spec: s, fail: map[int64]error{c + 3: errors.New("map lookup: EPERM")}}
+		*dps = append(*dps, dp)
+		return dp, nil
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Wait()
+	ps, _ := r.Store().Periods()
+	if want := []int64{c + 1, c + 4}; !slices.Equal(ps, want) {
+		t.Errorf("periods %v, want %v", ps, want)
+	}
+	st := r.Status()
+	if st.PeriodsSkipped != 2 || st.PeriodsWritten != 2 {
+		t.Errorf("status %+v", st)
+	}
+	m := r.Metrics.PeriodsSkipped
+	if testutil.ToFloat64(m.WithLabelValues("late")) != 1 || testutil.ToFloat64(m.WithLabelValues("read_error")) != 1 {
+		t.Errorf("skipped metrics: late %v, read_error %v", testutil.ToFloat64(m.WithLabelValues("late")), testutil.ToFloat64(m.WithLabelValues("read_error")))
+	}
+	if !strings.Contains(st.LastError, "EPERM") && !strings.Contains(st.LastError, "late") {
+		t.Errorf("last error %q", st.LastError)
+	}
+}
+
+func TestStartFailsBeforeAttachingOnABadDataDir(t *testing.T) {
+	cfg := testConfig(t, "")
+	file := cfg.DataDir + "/file"
+	if err := writeAtomic(file, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = file + "/records"
+	r, dps := testRunner(t, cfg, newFakeClock(sec, 1<<62))
+	err := r.Start()
+	if err == nil || !strings.Contains(err.Error(), "data_dir") {
+		t.Fatalf("start: %v, want a data_dir error", err)
+	}
+	if len(*dps) != 0 {
+		t.Error("the datapath was opened")
+	}
+	if r.Status().State != "stopped" {
+		t.Errorf("state %s", r.Status().State)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A point the datapath gave no row for (no packet in the period) gets a zero row.
+func TestRecordHasARowPerPoint(t *testing.T) {
+	cfg := testConfig(t, "")
+	p := (&Runner{}).record(cfg, 10, []Counter{{Ifname: "eth0", Direction: "out", Ifindex: 2, FlowMonID: -1, Packets: 5}}, nil)
+	var got []string
+	for _, c := range p.Counters {
+		got = append(got, c.Ifname+"/"+c.Direction)
+		if c.Carrier != "dscp" || c.PeriodNs != sec || c.SchemaVersion != 1 || c.FlowMonID != -1 {
+			t.Errorf("row %+v", c)
+		}
+	}
+	if want := []string{"eth0/in", "eth0/out", "eth1/in"}; !slices.Equal(got, want) {
+		t.Errorf("rows %v, want %v", got, want)
+	}
+	if p.Samples == nil || len(p.Samples) != 0 {
+		t.Errorf("samples %v, want empty", p.Samples)
+	}
+}
