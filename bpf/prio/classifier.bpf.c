@@ -23,6 +23,7 @@ volatile const __u32 max_claim = 0;		   /* the best band host information can cl
 volatile const __u32 nthresh = 0;		   /* backlog / pias thresholds in use */
 volatile const __u64 thresh[PRIO_MAX_THRESH] = {}; /* bytes, ascending */
 volatile const __u64 change_interval_ns = 0;	   /* at most one band change per interval */
+volatile const __u64 idle_reset_ns = 0;		   /* pias: an idle gap ends a message */
 
 /* key = struct prio_flow_key, value = struct prio_flow */
 struct {
@@ -288,6 +289,16 @@ int prio_classify(struct __sk_buff *skb)
 			skb->priority = nf.classid;
 			return TCX_NEXT;
 		}
+	}
+	/* PIAS tags each message at its sender; a router sees only the connection, so an idle gap
+	 * stands for a message boundary: a persistent connection starts its next message in band
+	 * 0 instead of staying demoted for life. */
+	if (scheme == PRIO_SCHEME_PIAS && idle_reset_ns && now - f->last_seen > idle_reset_ns) {
+		f->bytes = 0;
+		f->band = 0;
+		f->last_change = now;
+		f->classid = classid(0, f->classid & 0xff);
+		fp_count(&prio_stats, PRIO_STAT_IDLE_RESET);
 	}
 	__sync_fetch_and_add(&f->bytes, skb->len);
 	f->last_seen = now;

@@ -219,6 +219,20 @@ func TestSchemes(t *testing.T) {
 			}
 		}
 	})
+	t.Run("pias idle reset", func(t *testing.T) {
+		// Two packets cross the 200-byte edge, but an idle gap longer than idle_reset (1ns
+		// here: every call is later than that) between them ends
+		// a message: the flow starts over in band 0 instead of moving to band 1.
+		objs := classifier(t, &RouterPolicy{Scheme: PIAS, Leaves: 1, Thresholds: []uint64{200}, IdleReset: time.Nanosecond})
+		f := tcpFrame(trusted, server, 3001, 80, nil)
+		classify(t, objs, f)
+		if got := classify(t, objs, f); got != class(0, 0) {
+			t.Errorf("after an idle gap: class %x, want band 0 (%x)", got, class(0, 0))
+		}
+		if got := counter(t, objs, classifierPrioStatPRIO_STAT_IDLE_RESET); got != 1 {
+			t.Errorf("%d idle resets counted, want 1", got)
+		}
+	})
 }
 
 // TestCapAndChangeLimit: a claim above max_claim is lowered to it, and a flow changes band at

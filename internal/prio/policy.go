@@ -49,6 +49,7 @@ type RouterPolicy struct {
 	ChangeInterval time.Duration  // at most one band change per flow per interval
 	Thresholds     []uint64       // backlog / pias band edges, bytes, ascending
 	Limit          int            // packets per leaf queue
+	IdleReset      time.Duration  // pias: a flow idle this long starts over in band 0 (0: never)
 }
 
 // Defaults of the router policy.
@@ -125,7 +126,7 @@ func ParseHostPolicy(file string, data []byte) (*HostPolicy, error) {
 	return p, nil
 }
 
-var routerKeys = []string{"scheme", "leaves", "trust", "max_claim", "min_rate", "band_change_interval", "thresholds", "limit"}
+var routerKeys = []string{"scheme", "leaves", "trust", "max_claim", "min_rate", "band_change_interval", "thresholds", "limit", "idle_reset"}
 
 // LoadRouterPolicy reads and checks a router policy file.
 func LoadRouterPolicy(file string) (*RouterPolicy, error) {
@@ -139,7 +140,7 @@ func LoadRouterPolicy(file string) (*RouterPolicy, error) {
 // ParseRouterPolicy checks a router policy: every problem at once, with its line.
 func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 	el := &config.Collector{File: file}
-	p := &RouterPolicy{File: file, Leaves: 16, MinRate: 0.01, ChangeInterval: 10 * time.Millisecond, Limit: 100}
+	p := &RouterPolicy{File: file, Leaves: 16, MinRate: 0.01, ChangeInterval: 10 * time.Millisecond, Limit: 100, IdleReset: 100 * time.Millisecond}
 	root := el.Root(data, "a router policy needs at least `scheme:` (docs/prio.md)")
 	if root == nil {
 		return nil, el.Err()
@@ -190,6 +191,15 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 					return
 				}
 				p.ChangeInterval = d
+			}
+		case "idle_reset":
+			if s, ok := el.Scalar(v, key); ok {
+				d, err := time.ParseDuration(s)
+				if err != nil || d < 0 {
+					el.Add(v.Line, key, "%q is not a duration; write e.g. 100ms (0: a flow is never promoted again)", s)
+					return
+				}
+				p.IdleReset = d
 			}
 		case "thresholds":
 			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 || len(v.Content) > PrioMaxThresh {

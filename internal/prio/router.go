@@ -139,6 +139,7 @@ func loadClassifierFor(p *RouterPolicy) (*classifierObjects, error) {
 		"default_band": uint32(p.DefaultBand()), "max_claim": uint32(p.MaxClaim),
 		"nthresh": uint32(len(p.Thresholds)), "thresh": thresh,
 		"change_interval_ns": uint64(p.ChangeInterval.Nanoseconds()),
+		"idle_reset_ns":      uint64(p.IdleReset.Nanoseconds()),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
