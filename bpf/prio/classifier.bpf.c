@@ -2,7 +2,7 @@
 /* classifier.bpf.c: the router side of prio, on the bottleneck interface's tcx egress (before
  * the qdisc). It reads what a sender advertises — our TCP option (prio.h) or the original
  * scheme's SCTP chunk 150 — keeps per-flow state in an LRU hash and sets skb->priority to the
- * HTB class of the flow's band and hashed leaf, which HTB then honours (htb_classify looks at
+ * HTB class of the flow's band and leaf, which HTB then honours (htb_classify looks at
  * skb->priority before any filter). Packets it knows nothing about go to the default band.
  * It never drops: every path ends in TCX_NEXT, so a bug costs priority, not traffic. */
 #include "common.h"
@@ -17,7 +17,7 @@
 /* The policy, set by the loader (docs/prio.md). */
 volatile const __u32 scheme = PRIO_SCHEME_FIFO;
 volatile const __u32 major = 0xfa;		   /* the HTB qdisc's handle */
-volatile const __u32 nleaves = 1;		   /* K hashed leaves per band */
+volatile const __u32 nleaves = 1;		   /* K leaves per band */
 volatile const __u32 default_band = 0;		   /* where packets without information go */
 volatile const __u32 max_claim = 0;		   /* the best band host information can claim */
 volatile const __u32 nthresh = 0;		   /* backlog / pias thresholds in use */
@@ -42,6 +42,15 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 } prio_trust SEC(".maps");
 
+/* key = 0, value = flows created: new flows take leaves in turn (leaf = count mod K), so K
+ * leaves hold flows within one of each other; a hash would pile some up (SFQ's collisions). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);
+} prio_next_leaf SEC(".maps");
+
 /* key = enum prio_stat, value = per-CPU count */
 FP_COUNTERS(prio_stats, enum prio_stat, PRIO_STAT_MAX);
 
@@ -62,18 +71,14 @@ static __always_inline __u32 classid(__u32 band, __u32 leaf)
 	return major << 16 | ((band + 1) << 8 | leaf);
 }
 
-static __always_inline __u32 flow_hash(const struct prio_flow_key *k)
+static __always_inline __u32 next_leaf(void)
 {
-	const __u32 *w = (const void *)k;
-	__u32 h = 2166136261u;
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&prio_next_leaf, &zero);
 
-#pragma unroll
-	for (int i = 0; i < sizeof(*k) / 4; i++) {
-		h ^= w[i];
-		h *= 16777619u;
-		h ^= h >> 15;
-	}
-	return h;
+	if (!n || nleaves <= 1)
+		return 0;
+	return __sync_fetch_and_add(n, 1) % nleaves;
 }
 
 /* prio_tcp_option finds our option among the optlen bytes of TCP options at offset off.
@@ -186,7 +191,7 @@ int prio_classify(struct __sk_buff *skb)
 	struct ethhdr *eth;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 band, target;
-	int proto, frag = 0;
+	int proto, frag = 0, informed;
 
 	fp_count(&prio_stats, PRIO_STAT_PACKETS);
 	if (scheme == PRIO_SCHEME_FIFO) {
@@ -279,7 +284,7 @@ int prio_classify(struct __sk_buff *skb)
 			nf.band = 0;
 		else
 			nf.band = band_of(&in, nf.bytes, trusted);
-		nf.classid = classid(nf.band, flow_hash(&key) % (nleaves ? nleaves : 1));
+		nf.classid = classid(nf.band, next_leaf());
 		if (bpf_map_update_elem(&prio_flows, &key, &nf, BPF_NOEXIST) != 0) {
 			/* another CPU made it a moment ago, or no room: classify this one packet */
 			f = bpf_map_lookup_elem(&prio_flows, &key);
@@ -302,6 +307,7 @@ int prio_classify(struct __sk_buff *skb)
 	}
 	__sync_fetch_and_add(&f->bytes, skb->len);
 	f->last_seen = now;
+	informed = f->source != PRIO_SRC_NONE;
 	if (trusted) {
 		f->backlog = in.backlog;
 		f->occupancy = in.occupancy;
@@ -320,7 +326,9 @@ int prio_classify(struct __sk_buff *skb)
 		target = band_of(&in, f->bytes, trusted);
 	}
 	if (target != band) {
-		if (now - f->last_change < change_interval_ns) {
+		/* A flow's first information moves it at once: until then only its handshake sat
+		 * in the default band, and a new connection must not wait out the interval there. */
+		if (informed && now - f->last_change < change_interval_ns) {
 			fp_count(&prio_stats, PRIO_STAT_CHANGE_HELD);
 		} else {
 			band = target;

@@ -130,6 +130,11 @@ func (b *Builder) SACK(edges ...uint32) *Builder {
 	return b.option(layers.TCPOptionKindSACK, data)
 }
 
+// Option appends a TCP option of any kind (data is what follows kind and length).
+func (b *Builder) Option(kind uint8, data []byte) *Builder {
+	return b.option(layers.TCPOptionKind(kind), data)
+}
+
 func (b *Builder) option(kind layers.TCPOptionKind, data []byte) *Builder {
 	b.tcp.Options = append(b.tcp.Options, layers.TCPOption{OptionType: kind, OptionLength: uint8(2 + len(data)), OptionData: data})
 	return b

@@ -173,7 +173,7 @@ func TestOccupancySCTP(t *testing.T) {
 	}
 }
 
-// TestSchemes: fifo has one class, fair hashes flows onto K leaves of one band (a flow keeps
+// TestSchemes: fifo has one class, fair spreads flows over K leaves of one band (a flow keeps
 // its leaf), pias demotes a flow as its bytes cross the thresholds and never promotes it.
 func TestSchemes(t *testing.T) {
 	t.Parallel()
@@ -187,7 +187,7 @@ func TestSchemes(t *testing.T) {
 	})
 	t.Run("fair", func(t *testing.T) {
 		objs := classifier(t, &RouterPolicy{Scheme: Fair, Leaves: 8})
-		seen := map[uint32]bool{}
+		perLeaf := map[uint32]int{}
 		for p := range uint16(64) {
 			f := tcpFrame(trusted, server, 2000+p, 80, nil)
 			c := classify(t, objs, f)
@@ -197,10 +197,13 @@ func TestSchemes(t *testing.T) {
 			if again := classify(t, objs, f); again != c {
 				t.Errorf("flow %d moved from leaf %x to %x", p, c, again)
 			}
-			seen[c] = true
+			perLeaf[c]++
 		}
-		if len(seen) < 6 {
-			t.Errorf("64 flows fell on %d of 8 leaves", len(seen))
+		// Flows take leaves in turn: 64 flows, 8 on each of the 8 leaves.
+		for leaf := range 8 {
+			if n := perLeaf[class(0, leaf)]; n != 8 {
+				t.Errorf("leaf %d holds %d flows, want 8 (all: %v)", leaf, n, perLeaf)
+			}
 		}
 	})
 	t.Run("pias", func(t *testing.T) {
@@ -236,7 +239,8 @@ func TestSchemes(t *testing.T) {
 }
 
 // TestCapAndChangeLimit: a claim above max_claim is lowered to it, and a flow changes band at
-// most once per band_change_interval (the refused moves are counted).
+// most once per band_change_interval (the refused moves are counted), except for the move its
+// first information makes.
 func TestCapAndChangeLimit(t *testing.T) {
 	t.Parallel()
 	objs := classifier(t, &RouterPolicy{Scheme: Backlog, Leaves: 1, Thresholds: []uint64{10e3, 100e3}, MaxClaim: 1, ChangeInterval: time.Hour})
@@ -257,6 +261,15 @@ func TestCapAndChangeLimit(t *testing.T) {
 	}
 	if n := counter(t, objs, classifierPrioStatPRIO_STAT_CHANGE_HELD); n != 3 {
 		t.Errorf("%d held moves counted, want 3", n)
+	}
+	// A new connection's handshake carries no option: it starts in the default band, and its
+	// first information moves it at once, whatever the interval.
+	h := func(opt []byte) []byte { return tcpFrame(trusted, server, 4, 80, opt) }
+	if got := classify(t, objs, h(nil)); got != class(3, 0) {
+		t.Errorf("a flow without information: class %x, want the default band's %x", got, class(3, 0))
+	}
+	if got := classify(t, objs, h(ours(0, 50e3))); got != class(1, 0) {
+		t.Errorf("its first information: class %x, want %x at once", got, class(1, 0))
 	}
 	objs2 := classifier(t, &RouterPolicy{Scheme: Backlog, Leaves: 1, Thresholds: []uint64{10e3, 100e3}})
 	g := func(backlog uint32) []byte { return tcpFrame(trusted, server, 3, 80, ours(0, backlog)) }

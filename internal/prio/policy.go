@@ -42,7 +42,7 @@ type HostPolicy struct {
 type RouterPolicy struct {
 	File           string
 	Scheme         Scheme
-	Leaves         int            // K hashed leaves per band
+	Leaves         int            // K leaves per band (flows take them in turn)
 	Trust          []netip.Prefix // senders whose information counts
 	MaxClaim       int            // the best band host information can claim
 	MinRate        float64        // share of the link each band is guaranteed, 0-1

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -126,6 +127,16 @@ func Router(dev string, rate uint64, p *RouterPolicy) (err error) {
 	return runstate.Save(subsystem, routerRecordName(ns, dev), &RouterRecord{Dev: dev, Rate: rate, File: p.File, Scheme: p.Scheme, Bands: p.Bands(), Leaves: p.Leaves})
 }
 
+// ClassifierProgram loads the classifier for p without attaching it, for benchmarks; close the
+// closer when done.
+func ClassifierProgram(p *RouterPolicy) (*ebpf.Program, io.Closer, error) {
+	objs, err := loadClassifierFor(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return objs.PrioClassify, objs, nil
+}
+
 // loadClassifierFor loads the classifier with p's constants and trusted prefixes.
 func loadClassifierFor(p *RouterPolicy) (*classifierObjects, error) {
 	spec, err := loadClassifier()
@@ -159,7 +170,7 @@ func loadClassifierFor(p *RouterPolicy) (*classifierObjects, error) {
 	return objs, nil
 }
 
-// buildHTB makes the tree: root fa: → fa:1 (the link rate) → one leaf per band and hashed
+// buildHTB makes the tree: root fa: → fa:1 (the link rate) → one leaf per band and
 // slot, fa:(band+1)<<8|leaf, each with a pfifo of p.Limit packets. Leaves of one band share
 // its guaranteed rate equally, may borrow up to the link rate, and borrow in band order (HTB
 // prio = band, capped at HTB's 8 levels): the excess goes to the best band that wants it.

@@ -85,6 +85,32 @@ func Call(addr string, req, resp int, timeout time.Duration) (time.Duration, err
 
 var zeros = make([]byte, 256<<10)
 
+// Exchange runs one RPC on an open connection c (persistent connections): send req bytes,
+// read resp bytes.
+func Exchange(c net.Conn, req, resp int) error {
+	if err := send(c, req, uint32(resp)); err != nil {
+		return err
+	}
+	_, err := io.CopyN(io.Discard, c, int64(resp))
+	return err
+}
+
+// OpenStream connects to a server and turns the connection into a discard stream: whatever is
+// written to it is read and dropped until it closes.
+func OpenStream(addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	var hb [8]byte
+	binary.BigEndian.PutUint32(hb[4:], sink)
+	if _, err := c.Write(hb[:]); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
 func send(c net.Conn, req int, resp uint32) error {
 	var hb [8]byte
 	binary.BigEndian.PutUint32(hb[:4], uint32(req))
@@ -174,18 +200,15 @@ func Mix(addr string, x, smallLoops, large, small int, stream bool, smallGap, d 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			c, err := OpenStream(addr, 5*time.Second)
 			if err != nil {
+				mu.Lock()
 				res.Stream.Errors++
+				mu.Unlock()
 				return
 			}
 			defer c.Close()
 			_ = c.SetDeadline(deadline)
-			var hb [8]byte
-			binary.BigEndian.PutUint32(hb[4:], sink)
-			if _, err := c.Write(hb[:]); err != nil {
-				return
-			}
 			var n int64
 			for time.Now().Before(deadline) {
 				k, err := c.Write(zeros[:64<<10])

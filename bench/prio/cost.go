@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"net/netip"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/flowplane/flowplane/bench/report"
+	"github.com/flowplane/flowplane/internal/packet"
+	"github.com/flowplane/flowplane/internal/prio"
+	"github.com/flowplane/flowplane/internal/progrun"
+)
+
+// cost is experiment 3: what the classifier costs per packet, and what the host writer and
+// the classifier cost a TCP flow that no bottleneck limits.
+func (b *bench) cost(ctx context.Context) error {
+	if err := b.classifierCost(); err != nil {
+		return err
+	}
+	return b.throughputCost(ctx)
+}
+
+// classifierCost times the classifier on an established flow's data segment (timestamps and
+// our option, 1400 bytes of payload) against a tc program that only returns.
+func (b *bench) classifierCost() error {
+	const repeat = 2_000_000
+	empty, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}})
+	if err != nil {
+		return fmt.Errorf("load the empty program: %w", err)
+	}
+	defer empty.Close()
+	opt := prio.Option{Occupancy: 40, Backlog: 200e3}.Encode()
+	frame := packet.IP("198.18.0.1", "198.18.1.2").TCP(40000, 5500, "A").
+		Option(1, nil).Option(1, nil).Option(8, []byte{0, 0, 0, 1, 0, 0, 0, 2}).
+		Option(opt[0], opt[2:]).Payload(make([]byte, 1400)).Bytes()
+	_, base, err := progrun.Bench(empty, frame, repeat)
+	if err != nil {
+		return err
+	}
+	t := &report.Table{
+		Title:   "Cost: classifier ns/packet (BPF_PROG_TEST_RUN, a data segment with timestamps and the option)",
+		Columns: []string{"program", "ns/packet", "ratio to empty", "added ns"},
+	}
+	t.Add("empty tc program", float64(base.Nanoseconds()), 1.0, 0.0)
+	data := map[string]float64{"empty": float64(base.Nanoseconds())}
+	for _, scheme := range b.c.schemes {
+		p, err := b.policy(scheme, nil)
+		if err != nil {
+			return err
+		}
+		prog, closer, err := prio.ClassifierProgram(p)
+		if err != nil {
+			return err
+		}
+		_, per, err := progrun.Bench(prog, frame, repeat)
+		closer.Close()
+		if err != nil {
+			return err
+		}
+		t.Add("classifier, "+scheme, float64(per.Nanoseconds()), float64(per)/float64(base), float64((per - base).Nanoseconds()))
+		data[scheme] = float64(per.Nanoseconds())
+	}
+	t.Notes = append(t.Notes, fmt.Sprintf("%d runs each, one flow (its state stays in the table: the established path).", repeat))
+	b.res.Tables = append(b.res.Tables, t)
+	b.res.Data["classifier_ns_per_packet"] = data
+	return nil
+}
+
+// throughputCost runs one TCP flow s1 → d1 with r1's bottleneck unshaped (HTB far above what
+// the CPUs can forward), in interleaved rounds: plain forwarding, the host writer and an HTB
+// tree of one class (fifo: the classifier returns at once), and the writer with the backlog
+// classifier.
+func (b *bench) throughputCost(ctx context.Context) error {
+	const rounds = 5
+	const unshaped = 100e9
+	dst := netip.MustParseAddrPort(splitFirst(b.dsts)).String()
+	arms := []string{"plain forwarding", "host writer + HTB (fifo)", "host writer + classifier (backlog)"}
+	got := map[string][]float64{}
+	for round := range rounds {
+		for i, arm := range arms {
+			slog.Info("throughput cost", "round", round+1, "arm", arm)
+			measure := func() error {
+				out, err := b.gen(ctx, "s1", i > 0, "long", "-dst", dst, "-n", "1", "-at", strconv.FormatInt(time.Now().Add(2*time.Second).UnixMilli(), 10), "-d", "6s")
+				if err != nil {
+					return err
+				}
+				var r LongResult
+				if err := json.Unmarshal(out, &r); err != nil || len(r.Bps) != 1 {
+					return fmt.Errorf("generator output %q: %v", out, err)
+				}
+				got[arm] = append(got[arm], r.Bps[0])
+				return nil
+			}
+			var err error
+			switch i {
+			case 0:
+				err = measure()
+			case 1:
+				p, perr := b.policy("fifo", nil)
+				if perr != nil {
+					return perr
+				}
+				err = b.withRouter(p, unshaped, measure)
+			case 2:
+				p, perr := b.policy("backlog", nil)
+				if perr != nil {
+					return perr
+				}
+				err = b.withRouter(p, unshaped, measure)
+			}
+			if err != nil {
+				return err
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	t := &report.Table{
+		Title:   "Cost: one TCP flow through an unshaped r1 (median of interleaved rounds)",
+		Columns: []string{"arm", "Gbit/s", "ratio to plain"},
+	}
+	base := percentile(got[arms[0]], 50)
+	for _, arm := range arms {
+		m := percentile(got[arm], 50)
+		t.Add(arm, m/1e9, m/base)
+	}
+	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of 6 s after 2 s of warm-up; the senders' TSO/GSO are off for the whole bench (the bottleneck must see MTU-sized packets), so one flow is CPU-bound at a few Gbit/s: the cost shows in full.", rounds))
+	b.res.Tables = append(b.res.Tables, t)
+	b.res.Data["throughput_bps"] = got
+	return nil
+}
+
+func splitFirst(s string) string { return split(s)[0] }

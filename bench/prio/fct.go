@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/flowplane/flowplane/bench/report"
+)
+
+// Size classes of the FCT tables (PIAS's): small < 100 KB ≤ medium < 10 MB ≤ large.
+const smallMax, mediumMax = 100e3, 10e6
+
+// fct is experiment 2: flow completion times per workload, load and scheme.
+func (b *bench) fct(ctx context.Context) error {
+	for _, w := range b.c.workloads {
+		file := filepath.Join("bench/prio/cdf", w+".txt")
+		cdf, err := LoadCDF(w, file, b.c.capBytes)
+		if err != nil {
+			return err
+		}
+		// PIAS's edges come from the workload, for 4 bands.
+		pias := cdf.PIASThresholds(4)
+		for _, load := range b.c.loads {
+			t := &report.Table{
+				Title: fmt.Sprintf("FCT: %s, load %g%%, %s bottleneck (ratios to fifo; fifo in ms)", w, load*100, fmtRate(b.c.rate)),
+				Columns: []string{"scheme", "small mean", "small p99", "medium mean", "medium p99", "large mean",
+					"flows done", "unfinished"},
+			}
+			flows := map[string][]Flow{}
+			for _, scheme := range b.c.schemes {
+				p, err := b.policy(scheme, pias)
+				if err != nil {
+					return err
+				}
+				slog.Info("fct", "workload", w, "load", load, "scheme", scheme)
+				err = b.withRouter(p, b.c.rate, func() error {
+					outs, err := b.onSenders(ctx, func(i int) []string {
+						return []string{"fct", "-dst", b.dsts, "-cdf", file, "-cap", strconv.FormatFloat(b.c.capBytes, 'f', 0, 64),
+							"-load", strconv.FormatFloat(load/float64(len(b.senders)), 'f', 4, 64),
+							"-rate", strconv.FormatUint(b.c.rate, 10), "-d", b.c.fctDur.String(),
+							"-bg", strconv.Itoa(b.c.bg), "-seed", strconv.Itoa(i + 1), "-drain", (30 * time.Second).String()}
+					})
+					if err != nil {
+						return err
+					}
+					var raw []json.RawMessage
+					for _, o := range outs {
+						for _, line := range bytes.Split(bytes.TrimSpace(o), []byte("\n")) {
+							var f Flow
+							if err := json.Unmarshal(line, &f); err != nil {
+								return fmt.Errorf("generator output: %w", err)
+							}
+							flows[scheme] = append(flows[scheme], f)
+							raw = append(raw, line)
+						}
+					}
+					return b.saveJSONL(fmt.Sprintf("fct-%s-%g-%s.jsonl", w, load*100, scheme), raw)
+				})
+				if err != nil {
+					return err
+				}
+			}
+			base := classes(flows["fifo"])
+			for _, scheme := range b.c.schemes {
+				c := classes(flows[scheme])
+				done, unfinished := 0, 0
+				for _, f := range flows[scheme] {
+					if f.Done {
+						done++
+					} else {
+						unfinished++
+					}
+				}
+				if scheme == "fifo" {
+					t.Add(scheme, c.smallMean, c.smallP99, c.medMean, c.medP99, c.largeMean, done, unfinished)
+					continue
+				}
+				t.Add(scheme, ratio(c.smallMean, base.smallMean), ratio(c.smallP99, base.smallP99),
+					ratio(c.medMean, base.medMean), ratio(c.medP99, base.medP99), ratio(c.largeMean, base.largeMean), done, unfinished)
+			}
+			t.Notes = append(t.Notes, fmt.Sprintf("Sizes capped at %g MB; %d background flows per sender; pias edges from the CDF (equal bytes per band): %v bytes. An unfinished flow (still running 30 s after arrivals stopped) counts in no mean.", b.c.capBytes/1e6, b.c.bg, pias))
+			b.res.Tables = append(b.res.Tables, t)
+			small := map[string][]float64{}
+			for s, fs := range flows {
+				for _, f := range fs {
+					if f.Done && f.Size < smallMax {
+						small[s] = append(small[s], f.FCTMs)
+					}
+				}
+			}
+			if err := plotCDFs(b.out, fmt.Sprintf("fct-%s-%g.png", w, load*100), fmt.Sprintf("Small-flow FCT, %s, load %g%%", w, load*100), "ms", small, b.c.schemes, 1); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+type fctClasses struct{ smallMean, smallP99, medMean, medP99, largeMean float64 }
+
+// classes summarizes the finished flows per size class.
+func classes(flows []Flow) fctClasses {
+	var small, med, large []float64
+	for _, f := range flows {
+		if !f.Done {
+			continue
+		}
+		switch {
+		case f.Size < smallMax:
+			small = append(small, f.FCTMs)
+		case f.Size < mediumMax:
+			med = append(med, f.FCTMs)
+		default:
+			large = append(large, f.FCTMs)
+		}
+	}
+	return fctClasses{summarize(small).mean, percentile(small, 99), summarize(med).mean, percentile(med, 99), summarize(large).mean}
+}

@@ -1,0 +1,342 @@
+// Command prio runs prio's experiments (docs/prio.md, "Experiments") in one dumbbell lab:
+// senders s1, s2 → r1 → bottleneck (r1's HTB at -rate) → r2 → receivers d1, d2. Every scheme
+// runs on the same lab, one after the other, with the host option writer on the senders'
+// cgroup throughout:
+//
+//  1. fairness: N long-lived flows, per-flow goodput (TCP_INFO bytes acked), Jain's index,
+//     utilization;
+//  2. flow completion times: web-search and data-mining sizes, Poisson arrivals at a load,
+//     persistent connections, a few long flows in the background;
+//  3. cost: the classifier's ns/packet (BPF_PROG_TEST_RUN) against an empty program, and TCP
+//     goodput through an unshaped r1 with the host writer and classifier against without.
+//
+// Tables go to stdout (ratios against fifo / the baseline of the same run), flows to
+// bench/results/prio/*.jsonl, plots to bench/results/prio/*.png, a summary to
+// bench/results/prio.json. Run as root: go run ./bench/prio [-exp fair,fct,cost] [-d 60s].
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/flowplane/flowplane/bench/report"
+	"github.com/flowplane/flowplane/internal/cgroup"
+	"github.com/flowplane/flowplane/internal/lab"
+	"github.com/flowplane/flowplane/internal/match"
+	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/prio"
+	"github.com/flowplane/flowplane/internal/units"
+)
+
+// The dumbbell. r1's interface towards r2 is the bottleneck; lab links are unshaped (prio
+// router builds the HTB tree itself).
+const topology = `
+nodes:
+  s1: {}
+  s2: {}
+  r1: {kind: router}
+  r2: {kind: router}
+  d1: {}
+  d2: {}
+links:
+  - endpoints: [s1, r1]
+  - endpoints: [s2, r1]
+  - endpoints: [r1, r2]
+  - endpoints: [r2, d1]
+  - endpoints: [r2, d2]
+`
+
+const sinkPort = 5500
+
+type config struct {
+	exps      []string
+	schemes   []string
+	flows     []int
+	workloads []string
+	loads     []float64
+	dur       time.Duration
+	fctDur    time.Duration
+	rate      uint64
+	leaves    int
+	limit     int
+	fifoLimit int
+	bg        int
+	capBytes  float64
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "gen" {
+		if err := genMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "gen:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var c config
+	exps := flag.String("exp", "fair,fct,cost", "experiments: fair, fct, cost")
+	schemes := flag.String("schemes", "fifo,fair,occupancy,backlog,pias", "schemes compared")
+	flows := flag.String("flows", "20,200,1000", "fair: numbers of long-lived flows")
+	workloads := flag.String("workloads", "websearch,datamining", "fct: CDFs under bench/prio/cdf/")
+	loads := flag.String("loads", "0.5,0.8", "fct: offered loads")
+	flag.DurationVar(&c.dur, "d", 60*time.Second, "fair: measured window per run")
+	flag.DurationVar(&c.fctDur, "fct-d", 60*time.Second, "fct: arrival period per run")
+	rate := flag.String("rate", "100mbit", "bottleneck rate")
+	flag.IntVar(&c.leaves, "leaves", 32, "leaves per band (K)")
+	flag.IntVar(&c.limit, "limit", 16, "packets per leaf queue")
+	flag.IntVar(&c.fifoLimit, "fifo-limit", 256, "packets in fifo's one queue")
+	flag.IntVar(&c.bg, "bg", 2, "fct: long-lived background flows per sender")
+	flag.Float64Var(&c.capBytes, "cap", 30e6, "fct: largest flow size, bytes")
+	flag.Parse()
+	c.exps, c.schemes, c.workloads = split(*exps), split(*schemes), split(*workloads)
+	for _, s := range split(*flows) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "-flows: %q is not a number of flows\n", s)
+			os.Exit(2)
+		}
+		c.flows = append(c.flows, n)
+	}
+	for _, s := range split(*loads) {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || f <= 0 || f >= 1 {
+			fmt.Fprintf(os.Stderr, "-loads: %q is not a load between 0 and 1\n", s)
+			os.Exit(2)
+		}
+		c.loads = append(c.loads, f)
+	}
+	var err error
+	if c.rate, err = units.ParseRate(*rate); err != nil {
+		fmt.Fprintf(os.Stderr, "-rate: %v\n", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c); err != nil {
+		slog.Error("bench prio", "err", err)
+		os.Exit(1)
+	}
+}
+
+func split(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' })
+}
+
+type bench struct {
+	c       config
+	l       *lab.Lab
+	self    string
+	cg      string
+	host    string
+	bneck   string   // r1's device towards r2
+	senders []string // s1, s2
+	dsts    string   // receivers' sink addresses, comma-separated
+	out     string   // bench/results/prio
+	res     *report.Result
+}
+
+func run(ctx context.Context, c config) error {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	b := &bench{c: c, self: self, senders: []string{"s1", "s2"},
+		res: &report.Result{Name: "prio", Time: time.Now().UTC(), Data: map[string]any{}}}
+	b.out, err = filepath.Abs("bench/results/prio")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(b.out, 0o755); err != nil {
+		return err
+	}
+	tag := make([]byte, 3)
+	_, _ = rand.Read(tag)
+	name := "pb" + hex.EncodeToString(tag)
+	top, err := lab.Parse("bench-prio.yaml", []byte(topology), name)
+	if err != nil {
+		return err
+	}
+	if b.l, err = lab.Up("bench-prio.yaml", []byte(topology), top); err != nil {
+		return fmt.Errorf("lab up: %w", err)
+	}
+	defer func() {
+		if err := lab.Down(name); err != nil {
+			slog.Warn("lab down", "err", err)
+		}
+	}()
+	var dsts []string
+	for _, d := range []string{"d1", "d2"} {
+		dsts = append(dsts, fmt.Sprintf("%s:%d", top.Node(d).Ifaces[0].IPv4.Addr(), sinkPort))
+	}
+	b.dsts = strings.Join(dsts, ",")
+	for _, ifc := range top.Node("r1").Ifaces {
+		if ifc.Peer().Node.Name == "r2" {
+			b.bneck = b.l.IfName(ifc)
+		}
+	}
+	// Senders hand MTU-sized segments to the bottleneck, as the original's hosts did: with TSO
+	// and GSO a veth passes 64 KB aggregates that HTB would schedule as one packet.
+	for _, s := range b.senders {
+		dev := b.l.IfName(top.Node(s).Ifaces[0])
+		if out, err := b.cmd(ctx, s, "ethtool", "-K", dev, "tso", "off", "gso", "off"); err != nil {
+			return fmt.Errorf("ethtool on %s: %v: %s", s, err, out)
+		}
+	}
+	if err := b.hostWriter(); err != nil {
+		return err
+	}
+	defer func() {
+		_ = prio.RemoveHost(b.host)
+		_ = cgroup.Remove(b.cg)
+	}()
+	for _, d := range []string{"d1", "d2"} {
+		sink, err := b.l.Command(ctx, d, b.self, "gen", "sink", "-listen", fmt.Sprintf(":%d", sinkPort))
+		if err != nil {
+			return err
+		}
+		if err := sink.Start(); err != nil {
+			return fmt.Errorf("sink on %s: %w", d, err)
+		}
+		defer func() { _ = sink.Process.Kill(); _ = sink.Wait() }()
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, e := range c.exps {
+		var err error
+		switch e {
+		case "fair":
+			err = b.fairness(ctx)
+		case "fct":
+			err = b.fct(ctx)
+		case "cost":
+			err = b.cost(ctx)
+		default:
+			err = fmt.Errorf("-exp: unknown experiment %q (fair, fct, cost)", e)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", e, err)
+		}
+	}
+	return report.Save(*b.res)
+}
+
+// hostWriter puts the option writer on a cgroup of its own, which every sender process joins.
+func (b *bench) hostWriter() error {
+	root, err := cgroup.Mount()
+	if err != nil {
+		return err
+	}
+	b.host = fmt.Sprintf("fpbench%d", os.Getpid()%100000)
+	b.cg = filepath.Join(root, b.host)
+	if err := os.Mkdir(b.cg, 0o755); err != nil {
+		return err
+	}
+	return prio.Host(b.host, b.cg, &prio.HostPolicy{File: "bench", Advertise: []match.Match{match.Any()}})
+}
+
+// policy is the router policy of a scheme, as a user would write it.
+func (b *bench) policy(scheme string, thresholds []uint64) (*prio.RouterPolicy, error) {
+	limit := b.c.limit
+	if scheme == "fifo" {
+		limit = b.c.fifoLimit
+	}
+	y := fmt.Sprintf("scheme: %s\nleaves: %d\nlimit: %d\ntrust: [198.18.0.0/15]\n", scheme, b.c.leaves, limit)
+	if len(thresholds) > 0 && (scheme == "pias" || scheme == "backlog") {
+		var ts []string
+		for _, t := range thresholds {
+			ts = append(ts, strconv.FormatUint(t, 10))
+		}
+		y += "thresholds: [" + strings.Join(ts, ", ") + "]\n"
+	}
+	return prio.ParseRouterPolicy(scheme+".yaml", []byte(y))
+}
+
+// withRouter runs fn with scheme's classifier and HTB tree on the bottleneck.
+func (b *bench) withRouter(p *prio.RouterPolicy, rate uint64, fn func() error) error {
+	if err := nsrun.Do(b.l.Netns("r1"), func() error { return prio.Router(b.bneck, rate, p) }); err != nil {
+		return fmt.Errorf("prio router %s: %w", p.Scheme, err)
+	}
+	defer func() {
+		if err := nsrun.Do(b.l.Netns("r1"), func() error { return prio.RemoveRouter(b.bneck) }); err != nil {
+			slog.Warn("prio remove", "err", err)
+		}
+	}()
+	return fn()
+}
+
+// gen runs the generator on node, inside the host writer's cgroup if advertise, and returns
+// its stdout.
+func (b *bench) gen(ctx context.Context, node string, advertise bool, args ...string) ([]byte, error) {
+	cmd, err := b.l.Command(ctx, node, b.self, append([]string{"gen"}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	if advertise {
+		fd, err := cgroup.Into(cmd.Cmd, b.cg)
+		if err != nil {
+			return nil, err
+		}
+		defer fd.Close()
+	}
+	cmd.Stderr = os.Stderr
+	return cmd.Output()
+}
+
+// onSenders runs the generator on every sender at once with per-sender arguments.
+func (b *bench) onSenders(ctx context.Context, args func(i int) []string) ([][]byte, error) {
+	outs := make([][]byte, len(b.senders))
+	errs := make(chan error, len(b.senders))
+	for i, s := range b.senders {
+		go func() {
+			var err error
+			outs[i], err = b.gen(ctx, s, true, args(i)...)
+			if err != nil {
+				err = fmt.Errorf("generator on %s: %w", s, err)
+			}
+			errs <- err
+		}()
+	}
+	for range b.senders {
+		if err := <-errs; err != nil {
+			return nil, err
+		}
+	}
+	return outs, nil
+}
+
+func (b *bench) cmd(ctx context.Context, node, name string, args ...string) ([]byte, error) {
+	c, err := b.l.Command(ctx, node, name, args...)
+	if err != nil {
+		return nil, err
+	}
+	return c.CombinedOutput()
+}
+
+func (b *bench) saveJSONL(name string, v []json.RawMessage) error {
+	f, err := os.Create(filepath.Join(b.out, name))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, line := range v {
+		if _, err := f.Write(append(line, '\n')); err != nil {
+			return err
+		}
+	}
+	return nil
+}
