@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/cilium/ebpf"

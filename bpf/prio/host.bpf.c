@@ -4,7 +4,8 @@
  * direction) turns on the header-option callbacks when it is established; then every segment
  * that carries data (and the MSS computation, so segments stay within the MTU) reserves 8 bytes,
  * and the write callback fills them with the RFC 6994 option of prio.h: unsent bytes
- * (write_seq - snd_nxt, the segment itself included) and their share of sk_sndbuf. Pure ACKs
+ * (write_seq - snd_nxt, the segment itself included) and how full the send buffer is
+ * (sk_wmem_queued / sk_sndbuf: at 100 % the writer blocks, the flow is starved). Pure ACKs
  * carry nothing. Always returns 1: it never refuses what another program on the cgroup allows. */
 #include "common.h"
 #include "stats.h"
@@ -99,7 +100,7 @@ static __always_inline void advertise(struct bpf_sock_ops *skops)
 {
 	struct bpf_sock *sk = skops->sk;
 	struct tcp_sock *tp;
-	__u32 unsent, units, sndbuf;
+	__u32 unsent, units, sndbuf, queued;
 	__u8 opt[PRIO_OPT_LEN];
 	__u8 occ = PRIO_OCC_UNKNOWN;
 
@@ -116,9 +117,14 @@ static __always_inline void advertise(struct bpf_sock_ops *skops)
 		return;
 	}
 	unsent = tp->write_seq - tp->snd_nxt;
+	/* Occupancy as the kernel counts it when it decides whether a writer may go on: the
+	 * memory of queued segments (unsent and in flight, with their overhead) against
+	 * sk_sndbuf. Unsent bytes over sk_sndbuf would never reach 100 %: half of the buffer is
+	 * overhead by design (SO_SNDBUF is doubled). */
 	sndbuf = tp->inet_conn.icsk_inet.sk.sk_sndbuf;
+	queued = tp->inet_conn.icsk_inet.sk.sk_wmem_queued;
 	if (sndbuf > 0)
-		occ = (__u64)unsent * 100 / sndbuf > 100 ? 100 : (__u64)unsent * 100 / sndbuf;
+		occ = (__u64)queued * 100 / sndbuf > 100 ? 100 : (__u64)queued * 100 / sndbuf;
 	units = (unsent + PRIO_BACKLOG_UNIT - 1) / PRIO_BACKLOG_UNIT;
 	if (units > PRIO_BACKLOG_MAX)
 		units = PRIO_BACKLOG_MAX;

@@ -1,0 +1,268 @@
+package prio
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowplane/flowplane/internal/cgroup"
+	"github.com/flowplane/flowplane/internal/lab"
+	"github.com/flowplane/flowplane/internal/lab/labtest"
+	"github.com/flowplane/flowplane/internal/match"
+	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/testenv"
+)
+
+// A receiver that reads everything, and a sender that trickles 1000 bytes every 50 ms for
+// SLOW seconds, then queues BULK bytes at once (sndbuf SNDBUF), prints "bulk" when it starts
+// that, "queued" when the socket took it all, and keeps the connection open HOLD seconds.
+const (
+	receiverPy = `import socket,sys
+s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)
+s.bind(("0.0.0.0",int(sys.argv[1]))); s.listen(1); print("ready",flush=True)
+c,_=s.accept()
+while c.recv(1<<16): pass
+`
+	senderPy = `import socket,sys,time
+host,port,slow,bulk,sndbuf,hold=sys.argv[1],int(sys.argv[2]),float(sys.argv[3]),int(sys.argv[4]),int(sys.argv[5]),float(sys.argv[6])
+s=socket.socket(); s.setsockopt(socket.SOL_SOCKET,socket.SO_SNDBUF,sndbuf); s.connect((host,port))
+end=time.time()+slow
+while time.time()<end:
+    s.send(b"x"*1000); time.sleep(0.05)
+print("bulk",flush=True)
+s.sendall(b"x"*bulk)
+print("queued",flush=True)
+time.sleep(hold)
+`
+)
+
+// flowLab is h1 — r1 — h2 with the host writer on a cgroup of h1's senders.
+type flowLab struct {
+	l      *lab.Lab
+	cg, h2 string
+	dev    string // r1's interface towards h2
+}
+
+func newFlowLab(t *testing.T) *flowLab {
+	t.Helper()
+	testenv.Privileged(t)
+	testenv.Need(t, "python3", "ss")
+	l := labtest.Up(t, labtest.HostRouterHost)
+	fl := &flowLab{l: l, cg: testCgroup(t), h2: labtest.Addr(t, l, "h2", "4"), dev: device(t, l, "r1", "eth1")}
+	name := testenv.Name("h")
+	if err := Host(name, fl.cg, &HostPolicy{File: "test", Advertise: []match.Match{match.Any()}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = RemoveHost(name) })
+	return fl
+}
+
+// router puts p on r1's interface towards h2 at rate until the test ends or the returned
+// function is called.
+func (fl *flowLab) router(t *testing.T, rate uint64, p *RouterPolicy) func() {
+	t.Helper()
+	p.Trust = []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}
+	if err := nsrun.Do(fl.l.Netns("r1"), func() error { return Router(fl.dev, rate, p) }); err != nil {
+		t.Fatal(err)
+	}
+	removed := false
+	remove := func() {
+		if !removed {
+			removed = true
+			if err := nsrun.Do(fl.l.Netns("r1"), func() error { return RemoveRouter(fl.dev) }); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(remove)
+	return remove
+}
+
+// transfer starts the receiver on h2 and the sender on h1 (in the cgroup); it returns the
+// sender's output lines as they come.
+func (fl *flowLab) transfer(t *testing.T, ctx context.Context, port int, slow float64, bulk, sndbuf int, hold float64) <-chan string {
+	t.Helper()
+	rcv, err := fl.l.Command(ctx, "h2", "python3", "-c", receiverPy, strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rout, err := rcv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rcv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rcv.Process.Kill(); _ = rcv.Wait() })
+	if line, _ := bufio.NewReader(rout).ReadString('\n'); strings.TrimSpace(line) != "ready" {
+		t.Fatalf("receiver on h2: %q", line)
+	}
+	snd, err := fl.l.Command(ctx, "h1", "python3", "-c", senderPy, fl.h2, strconv.Itoa(port),
+		fmt.Sprint(slow), strconv.Itoa(bulk), strconv.Itoa(sndbuf), fmt.Sprint(hold))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := cgroup.Into(snd.Cmd, fl.cg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sout, err := snd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fd.Close()
+	t.Cleanup(func() { _ = snd.Process.Kill(); _ = snd.Wait() })
+	lines := make(chan string, 4)
+	go func() {
+		sc := bufio.NewScanner(sout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return lines
+}
+
+// flow is the router's entry for the flow to h2:port, if it has one.
+func (fl *flowLab) flow(t *testing.T, port int) (FlowStatus, RouterStatus, bool) {
+	t.Helper()
+	rs := statusIn(t, fl.l).Routers[0]
+	for _, f := range rs.Flows {
+		if strings.HasSuffix(f.Dst, fmt.Sprintf(":%d", port)) {
+			return f, rs, true
+		}
+	}
+	return FlowStatus{}, rs, false
+}
+
+func (fl *flowLab) cmd(t *testing.T, node, name string, args ...string) ([]byte, error) {
+	t.Helper()
+	c, err := fl.l.Command(context.Background(), node, name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.CombinedOutput()
+}
+
+func waitLine(t *testing.T, lines <-chan string, want string) {
+	t.Helper()
+	select {
+	case l := <-lines:
+		if l != want {
+			t.Fatalf("sender said %q, want %q", l, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("sender did not say %q", want)
+	}
+}
+
+var notsentRE = regexp.MustCompile(`notsent:(\d+)`)
+
+// TestLabBacklogAgreesWithSS: the backlog h1 advertises, as r1's classifier recorded it, agrees
+// with what `ss -ti` reports as notsent for the same socket. The sender queues 1 MB behind a
+// 2 Mbit/s bottleneck, so its unsent bytes fall by 250 KB/s; each sample reads r1, then ss on h1,
+// then r1 again. An advertisement counts the packet that carries it and is rounded up to 64
+// bytes, and a few segments that h1's TCP has sent may still be on their way to r1's hook (h1's
+// stack, the veth, r1's forwarding) when r1 is read: so notsent must lie in
+// [after − 4 segments, before]. h1's TSO and GSO are off
+// for this: with them the kernel writes the option once per super-packet of up to 64 KB, and
+// the advertisement includes the whole of it (docs/prio.md).
+func TestLabBacklogAgreesWithSS(t *testing.T) {
+	t.Parallel()
+	fl := newFlowLab(t)
+	testenv.Need(t, "ethtool")
+	if out, err := fl.cmd(t, "h1", "ethtool", "-K", device(t, fl.l, "h1", "eth0"), "tso", "off", "gso", "off"); err != nil {
+		t.Fatalf("ethtool: %v: %s", err, out)
+	}
+	fl.router(t, 2e6, &RouterPolicy{File: "test", Scheme: Backlog, Leaves: 1, MinRate: 0.05, Limit: 100,
+		Thresholds: []uint64{64e3, 1e6}, ChangeInterval: 10 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const port = 5411
+	lines := fl.transfer(t, ctx, port, 0, 1_000_000, 2<<20, 10)
+	waitLine(t, lines, "bulk")
+	waitLine(t, lines, "queued")
+	time.Sleep(300 * time.Millisecond)
+	const inTransit = 4 * (1448 + 64)
+	checked := 0
+	for i := 0; i < 8; i++ {
+		before, _, ok1 := fl.flow(t, port)
+		ss, err := fl.l.Command(ctx, "h1", "ss", "-tinH", "dst", fmt.Sprintf("%s:%d", fl.h2, port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := ss.Output()
+		if err != nil {
+			t.Fatalf("ss: %v", err)
+		}
+		after, _, ok2 := fl.flow(t, port)
+		m := notsentRE.FindSubmatch(out)
+		if !ok1 || !ok2 || m == nil {
+			t.Fatalf("sample %d: flow on r1 %v/%v, ss notsent in %q", i, ok1, ok2, out)
+		}
+		notsent, _ := strconv.Atoi(string(m[1]))
+		lo := int(after.Backlog) - inTransit
+		t.Logf("sample %d: advertised %d, ss notsent %d, advertised %d", i, before.Backlog, notsent, after.Backlog)
+		if notsent > int(before.Backlog) || notsent < lo {
+			t.Errorf("sample %d: ss notsent %d outside [%d, %d] from the advertisements around it", i, notsent, lo, before.Backlog)
+		}
+		checked++
+		time.Sleep(100 * time.Millisecond)
+	}
+	if checked == 0 {
+		t.Fatal("no sample taken")
+	}
+}
+
+// TestLabStarvedFlowMovesUp: under occupancy, a flow that trickles (its send buffer nearly
+// empty: the last band with information) and then queues more than the 2 Mbit/s bottleneck
+// drains (its buffer fills and the writer blocks: starved) moves up to the first bands. With a band-change interval
+// of an hour it stays where its first information put it, and the refused moves are counted.
+func TestLabStarvedFlowMovesUp(t *testing.T) {
+	t.Parallel()
+	fl := newFlowLab(t)
+	for _, c := range []struct {
+		name     string
+		interval time.Duration
+		port     int
+	}{{"moves", 10 * time.Millisecond, 5412}, {"held", time.Hour, 5413}} {
+		remove := fl.router(t, 2e6, &RouterPolicy{File: "test", Scheme: Occupancy, Leaves: 1, MinRate: 0.05, Limit: 100, ChangeInterval: c.interval})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		lines := fl.transfer(t, ctx, c.port, 1, 2_000_000, 128<<10, 0)
+		waitLine(t, lines, "bulk")
+		trickle, _, ok := fl.flow(t, c.port)
+		if !ok || trickle.InfoFromOption != "tcp-option" {
+			t.Fatalf("%s: after the trickle r1 has %+v (found %v), want a flow with information", c.name, trickle, ok)
+		}
+		time.Sleep(1500 * time.Millisecond) // the bulk fills the buffer: starved
+		starved, rs, _ := fl.flow(t, c.port)
+		t.Logf("%s: trickle band %d (occupancy %d%%), then band %d (occupancy %d%%), %d changes, counters %v",
+			c.name, trickle.Band, trickle.Occupancy, starved.Band, starved.Occupancy, starved.BandChanges, rs.Counters)
+		if trickle.Band < 7 {
+			t.Errorf("%s: trickling flow in band %d (occupancy %d%%), want 7-9", c.name, trickle.Band, trickle.Occupancy)
+		}
+		switch c.name {
+		case "moves":
+			if starved.Band > 2 || starved.BandChanges < 2 {
+				t.Errorf("starved flow in band %d (occupancy %d%%) after %d changes; want band 0-2", starved.Band, starved.Occupancy, starved.BandChanges)
+			}
+		case "held":
+			// One change: from the default band to the first information (never held).
+			if starved.Band != trickle.Band || starved.BandChanges != 1 || rs.Counters["change_held"] == 0 {
+				t.Errorf("with an hour between changes: band %d → %d, %d changes, %d held; want it kept, 1 change, held > 0",
+					trickle.Band, starved.Band, starved.BandChanges, rs.Counters["change_held"])
+			}
+		}
+		cancel()
+		remove()
+	}
+}
