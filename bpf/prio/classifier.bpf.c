@@ -326,9 +326,8 @@ int prio_classify(struct __sk_buff *skb)
 		target = band_of(&in, f->bytes, trusted);
 	}
 	if (target != band) {
-		/* A flow's first information moves it at once: until then only its handshake sat
-		 * in the default band, and a new connection must not wait out the interval there.
-		 */
+		/* A flow's first information moves it at once: only its handshake went through
+		 * the default band, and a new connection must not wait out the interval there. */
 		if (informed && now - f->last_change < change_interval_ns) {
 			fp_count(&prio_stats, PRIO_STAT_CHANGE_HELD);
 		} else {
