@@ -157,6 +157,18 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 		}
 		return n
 	}
+	duration := func(v *yaml.Node, f string, to *time.Duration, example string) {
+		s, ok := el.Scalar(v, f)
+		if !ok {
+			return
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			el.Add(v.Line, f, "%q is not a duration; write e.g. %s", s, example)
+			return
+		}
+		*to = d
+	}
 	el.EachKey(root, "", routerKeys, func(key string, v *yaml.Node) {
 		switch key {
 		case "scheme":
@@ -184,23 +196,9 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 				p.MinRate = pct / 100
 			}
 		case "band_change_interval":
-			if s, ok := el.Scalar(v, key); ok {
-				d, err := time.ParseDuration(s)
-				if err != nil || d < 0 {
-					el.Add(v.Line, key, "%q is not a duration; write e.g. 10ms (0 lets flows move at every packet)", s)
-					return
-				}
-				p.ChangeInterval = d
-			}
+			duration(v, key, &p.ChangeInterval, "10ms (0 lets flows move at every packet)")
 		case "idle_reset":
-			if s, ok := el.Scalar(v, key); ok {
-				d, err := time.ParseDuration(s)
-				if err != nil || d < 0 {
-					el.Add(v.Line, key, "%q is not a duration; write e.g. 100ms (0: a flow is never promoted again)", s)
-					return
-				}
-				p.IdleReset = d
-			}
+			duration(v, key, &p.IdleReset, "100ms (0: a flow is never promoted again)")
 		case "thresholds":
 			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 || len(v.Content) > PrioMaxThresh {
 				el.Add(v.Line, key, "must be a list of 1 to %d sizes, ascending, e.g. [100KB, 1MB]", PrioMaxThresh)

@@ -1,0 +1,131 @@
+package prio
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowplane/flowplane/internal/cli"
+	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/testenv"
+)
+
+// TestRouterPolicyErrors: every bad router policy names the file, line and field.
+func TestRouterPolicyErrors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ yaml, want string }{
+		{"leaves: 4\n", "p.yaml:1: scheme: missing"},
+		{"scheme: sfq\n", `p.yaml:1: scheme: "sfq" is not a scheme`},
+		{"scheme: fair\nquantum: 3\n", "p.yaml:2: quantum"},
+		{"scheme: fair\nleaves: 0\n", `p.yaml:2: leaves: "0" is out of range`},
+		{"scheme: fair\nleaves: 65\n", `p.yaml:2: leaves: "65" is out of range`},
+		{"scheme: pias\nmin_rate: 0%\n", `p.yaml:2: min_rate: "0%" is not a share`},
+		{"scheme: pias\nthresholds: [1MB, 100KB]\n", "p.yaml:2: thresholds[1]: 100KB is not above the edge before it"},
+		{"scheme: pias\nthresholds: []\n", "p.yaml:2: thresholds: must be a list of 1 to 8 sizes"},
+		{"scheme: backlog\n", "trust: missing"},
+		{"scheme: pias\nmax_claim: 4\n", "max_claim: 4 is past the last band (4 bands)"},
+		{"scheme: occupancy\ntrust: [198.18.0.0/15]\nmin_rate: 10%\n", "min_rate: 11 bands × 10% is more than the link"},
+		{"scheme: pias\nidle_reset: soon\n", `p.yaml:2: idle_reset: "soon" is not a duration`},
+		{"scheme: fair\nband_change_interval: -1s\n", `p.yaml:2: band_change_interval: "-1s" is not a duration`},
+		{"scheme: fair\ntrust: [10.0.0.0/33]\n", "p.yaml:2: trust"},
+	} {
+		_, err := ParseRouterPolicy("p.yaml", []byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: got %v, want an error containing %q", c.yaml, err, c.want)
+		}
+	}
+	p, err := ParseRouterPolicy("p.yaml", []byte("scheme: pias\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Leaves != 16 || p.Limit != 100 || p.MinRate != 0.01 || p.ChangeInterval != 10*time.Millisecond ||
+		p.IdleReset != 100*time.Millisecond || len(p.Thresholds) != 3 || p.Bands() != 4 || p.DefaultBand() != 0 {
+		t.Errorf("defaults: %+v", p)
+	}
+}
+
+// runCLI runs `flowplane prio args...` under the binary's root.
+func runCLI(args ...string) (string, error) {
+	cmd := cli.Root("flowplane", "", Command())
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(append([]string{"prio"}, args...))
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+// TestRouterBadInputAppliesNothing: `prio router` with a bad rate, policy or device exits 2
+// naming what is wrong, and leaves the device's qdisc and the pins as they were.
+func TestRouterBadInputAppliesNothing(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	testenv.Need(t, "tc")
+	ns := testenv.Netns(t)
+	other := testenv.Netns(t)
+	dev, _ := testenv.VethPair(t, ns, other, netip.MustParsePrefix("198.18.0.1/24"), netip.MustParsePrefix("198.18.0.2/24"))
+	busy, _ := testenv.VethPair(t, ns, other, netip.MustParsePrefix("198.18.1.1/24"), netip.MustParsePrefix("198.18.1.2/24"))
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(good, []byte("scheme: fair\nleaves: 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("scheme: fair\nleaves: 99\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := nsrun.Do(ns, func() error {
+		if out, err := exec.Command("tc", "qdisc", "add", "dev", busy.Name, "root", "tbf", "rate", "1mbit", "burst", "10k", "latency", "10ms").CombinedOutput(); err != nil {
+			return errors.New(string(out))
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--dev", dev.Name, "--rate", "0", "--policy", good}, "--rate"},
+			{[]string{"--dev", dev.Name, "--rate", "fast", "--policy", good}, "--rate"},
+			{[]string{"--dev", dev.Name, "--rate", "10mbit", "--policy", bad}, "bad.yaml:2: leaves"},
+			{[]string{"--dev", dev.Name, "--rate", "10mbit", "--policy", filepath.Join(dir, "none.yaml")}, "none.yaml"},
+			{[]string{"--dev", "fpnosuch0", "--rate", "10mbit", "--policy", good}, `interface "fpnosuch0": no such network interface`},
+			{[]string{"--dev", busy.Name, "--rate", "10mbit", "--policy", good}, "has a tbf root qdisc"},
+			{[]string{"--rate", "10mbit", "--policy", good}, "needs --dev"},
+		} {
+			_, err := runCLI(append([]string{"router"}, c.args...)...)
+			if cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("prio router %v: exit %d, %v; want exit 2 with %q", c.args, cli.ExitCode(err), err, c.want)
+			}
+		}
+		for _, d := range []string{dev.Name, busy.Name} {
+			out, err := exec.Command("tc", "qdisc", "show", "dev", d).CombinedOutput()
+			if err != nil || strings.Contains(string(out), "htb") {
+				t.Errorf("%s after rejected runs: %s %v", d, out, err)
+			}
+		}
+		ino, err := netnsName()
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(pin.Path(routerPin(ino, dev.Name)...)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("pins left by rejected runs: %v", err)
+		}
+		// The same device twice: the second is refused, the first stays.
+		if _, err := runCLI("router", "--dev", dev.Name, "--rate", "10mbit", "--policy", good); err != nil {
+			return err
+		}
+		defer func() { _ = RemoveRouter(dev.Name) }()
+		if _, err := runCLI("router", "--dev", dev.Name, "--rate", "10mbit", "--policy", good); cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), "already carries a flowplane prio qdisc") {
+			t.Errorf("a second router on %s: exit %d, %v", dev.Name, cli.ExitCode(err), err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
