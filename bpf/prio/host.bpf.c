@@ -4,8 +4,8 @@
  * direction) turns on the header-option callbacks when it is established; then every segment
  * that carries data (and the MSS computation, so segments stay within the MTU) reserves 8 bytes,
  * and the write callback fills them with the RFC 6994 option of prio.h: unsent bytes
- * (write_seq - snd_nxt, the segment itself included) and how full the send buffer is
- * (sk_wmem_queued / sk_sndbuf: at 100 % the writer blocks, the flow is starved). Pure ACKs
+ * (write_seq - snd_nxt, the segment itself included) and the share of the send buffer they
+ * occupy (near 100 %: the writer is blocked behind data the network does not take). Pure ACKs
  * carry nothing. Always returns 1: it never refuses what another program on the cgroup allows. */
 #include "common.h"
 #include "stats.h"
@@ -100,7 +100,7 @@ static __always_inline void advertise(struct bpf_sock_ops *skops)
 {
 	struct bpf_sock *sk = skops->sk;
 	struct tcp_sock *tp;
-	__u32 unsent, units, sndbuf, queued;
+	__u32 unsent, units, sndbuf, wmem, queued;
 	__u8 opt[PRIO_OPT_LEN];
 	__u8 occ = PRIO_OCC_UNKNOWN;
 
@@ -117,14 +117,19 @@ static __always_inline void advertise(struct bpf_sock_ops *skops)
 		return;
 	}
 	unsent = tp->write_seq - tp->snd_nxt;
-	/* Occupancy as the kernel counts it when it decides whether a writer may go on: the
-	 * memory of queued segments (unsent and in flight, with their overhead) against
-	 * sk_sndbuf. Unsent bytes over sk_sndbuf would never reach 100 %: half of the buffer is
-	 * overhead by design (SO_SNDBUF is doubled). */
+	/* Occupancy: the share of the send buffer that backlog occupies, in the memory the kernel
+	 * counts against sk_sndbuf (sk_wmem_queued: segments with their overhead, unsent and in
+	 * flight), apportioned to the unsent bytes. A blocked writer with a small window (starved)
+	 * reads near 100 %; one whose data is mostly in flight reads low. Unsent bytes over
+	 * sk_sndbuf alone would never pass about 50 %: SO_SNDBUF is doubled for the overhead. */
 	sndbuf = tp->inet_conn.icsk_inet.sk.sk_sndbuf;
-	queued = tp->inet_conn.icsk_inet.sk.sk_wmem_queued;
-	if (sndbuf > 0)
-		occ = (__u64)queued * 100 / sndbuf > 100 ? 100 : (__u64)queued * 100 / sndbuf;
+	wmem = tp->inet_conn.icsk_inet.sk.sk_wmem_queued;
+	queued = tp->write_seq - tp->snd_una;
+	if (sndbuf > 0 && wmem > 0 && queued >= unsent && queued > 0) {
+		__u64 share = (__u64)wmem * unsent / queued * 100 / sndbuf;
+
+		occ = share > 100 ? 100 : share;
+	}
 	units = (unsent + PRIO_BACKLOG_UNIT - 1) / PRIO_BACKLOG_UNIT;
 	if (units > PRIO_BACKLOG_MAX)
 		units = PRIO_BACKLOG_MAX;
