@@ -69,7 +69,7 @@ func (b *bench) classifierCost() error {
 		data[scheme] = float64(per.Nanoseconds())
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d runs each, one flow (its state stays in the table: the established path).", repeat))
-	b.res.Tables = append(b.res.Tables, t)
+	b.table(t)
 	b.res.Data["classifier_ns_per_packet"] = data
 	return nil
 }
@@ -132,7 +132,7 @@ func (b *bench) throughputCost(ctx context.Context) error {
 		t.Add(arm, m/1e9, m/base)
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of 6 s after 2 s of warm-up; the senders' TSO/GSO are off for the whole bench (the bottleneck must see MTU-sized packets), so one flow is CPU-bound at a few Gbit/s: the cost shows in full.", rounds))
-	b.res.Tables = append(b.res.Tables, t)
+	b.table(t)
 	b.res.Data["throughput_bps"] = got
 	return nil
 }

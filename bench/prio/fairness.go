@@ -68,7 +68,7 @@ func (b *bench) fairness(ctx context.Context) error {
 			t.Add(scheme, s.mean/1e6, s.std/1e6, ratio(s.std, fair.std), s.jain, util, ratio(s.sum, fair.sum), len(perScheme[scheme]))
 		}
 		t.Notes = append(t.Notes, "Goodput: bytes acknowledged (TCP_INFO) over the window, after "+warm.String()+" of warm-up. Ratios against fair of the same run; — where fair did not run.")
-		b.res.Tables = append(b.res.Tables, t)
+		b.table(t)
 		b.res.Data[fmt.Sprintf("fairness_%d_bps", n)] = perScheme
 		if err := plotCDFs(b.out, fmt.Sprintf("fairness-%d.png", n), fmt.Sprintf("Per-flow goodput, %d flows", n), "Mbit/s", perScheme, b.c.schemes, 1e-6); err != nil {
 			return err

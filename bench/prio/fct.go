@@ -85,7 +85,7 @@ func (b *bench) fct(ctx context.Context) error {
 					ratio(c.medMean, base.medMean), ratio(c.medP99, base.medP99), ratio(c.largeMean, base.largeMean), done, unfinished)
 			}
 			t.Notes = append(t.Notes, fmt.Sprintf("Sizes capped at %g MB; %d background flows per sender; pias edges from the CDF (equal bytes per band): %v bytes. An unfinished flow (still running 30 s after arrivals stopped) counts in no mean.", b.c.capBytes/1e6, b.c.bg, pias))
-			b.res.Tables = append(b.res.Tables, t)
+			b.table(t)
 			small := map[string][]float64{}
 			for s, fs := range flows {
 				for _, f := range fs {

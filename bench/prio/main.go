@@ -319,6 +319,12 @@ func (b *bench) onSenders(ctx context.Context, args func(i int) []string) ([][]b
 	return outs, nil
 }
 
+// table keeps t for the report and shows it on stderr at once: a full run takes most of an hour.
+func (b *bench) table(t *report.Table) {
+	b.res.Tables = append(b.res.Tables, t)
+	t.Markdown(os.Stderr)
+}
+
 func (b *bench) cmd(ctx context.Context, node, name string, args ...string) ([]byte, error) {
 	c, err := b.l.Command(ctx, node, name, args...)
 	if err != nil {
