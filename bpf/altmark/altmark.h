@@ -111,6 +111,7 @@ enum am_stat {
 	AM_STAT_SAMPLED,     /* samples written */
 	AM_STAT_SAMPLE_LOST, /* a sample that matched but found its ring full */
 	AM_STAT_HASH_GROWN,  /* hash length grew by a bit */
+	AM_STAT_GSO,	     /* GSO/GRO packets counted as their gso_segs segments */
 	AM_STAT_MAX,
 };
 

@@ -267,8 +267,10 @@ static __always_inline int am_probe(struct __sk_buff *skb, __u32 dir)
 	/* A GSO/GRO packet stands for gso_segs packets on the wire, each with its own headers. */
 	segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
 	bytes = p.l3_len;
-	if (segs > 1)
+	if (segs > 1) {
 		bytes = len - p.l3_off + (segs - 1) * (p.pl_off - p.l3_off);
+		fp_count(&am_stats, AM_STAT_GSO);
+	}
 	now = bpf_ktime_get_tai_ns();
 	k.ifindex = skb->ifindex;
 	k.flowmon = p.flowmon;

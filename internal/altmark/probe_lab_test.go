@@ -339,7 +339,48 @@ func TestLabIperfBothCPUs(t *testing.T) {
 	}
 	open("r1", spec(pl.a, "out"), &p1)
 	open("r2", spec(pl.b, "in"), &p2)
-	d0 := pl.drops(t)
+	// The per-CPU sums straight from the counter map (both colors), without zeroing.
+	perCPU := func(p *Probe) (n int64, cpus []uint64) {
+		var key probeAmCountKey
+		var vals []probeAmCount
+		it := p.objs.AmCounts.Iterate()
+		for it.Next(&key, &vals) {
+			if cpus == nil {
+				cpus = make([]uint64, len(vals))
+			}
+			for i, v := range vals {
+				cpus[i] += v.Packets
+				n += int64(v.Packets)
+			}
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return n, cpus
+	}
+	type snapshot struct{ out, in, drops int64 }
+	snap := func() snapshot {
+		out, _ := perCPU(p1)
+		in, _ := perCPU(p2)
+		return snapshot{out, in, int64(pl.drops(t))}
+	}
+	// quiet waits until two readings 200 ms apart agree (no packet on the link: the last ACKs,
+	// FINs, a late neighbour or MLD message) and returns that reading, whose counts and drops
+	// belong together.
+	quiet := func() snapshot {
+		s := snap()
+		for try := 0; try < 50; try++ {
+			time.Sleep(200 * time.Millisecond)
+			cur := snap()
+			if cur == s {
+				break
+			}
+			s = cur
+		}
+		return s
+	}
+	// The baseline: whatever crossed while the probes were being attached (r1's before r2's).
+	s0 := quiet()
 
 	h2, err := pl.Node("h2")
 	if err != nil {
@@ -383,48 +424,26 @@ func TestLabIperfBothCPUs(t *testing.T) {
 	wg.Wait()
 	// Wait for the link to go quiet (the last ACKs, FINs, a late neighbour message): the counts
 	// and the drops are read when neither changed for 200 ms.
-	peek := func() (n uint64) {
-		var key probeAmCountKey
-		var vals []probeAmCount
-		for _, p := range []*Probe{p1, p2} {
-			it := p.objs.AmCounts.Iterate()
-			for it.Next(&key, &vals) {
-				for _, v := range vals {
-					n += v.Packets
-				}
-			}
-		}
-		return n + pl.drops(t)
+	s1 := quiet()
+	s := snapshot{s1.out - s0.out, s1.in - s0.in, s1.drops - s0.drops}
+	st1, _ := p1.Stats()
+	st2, _ := p2.Stats()
+	t.Logf("r1 probe statistics %v; r2 %v", st1, st2)
+	_, cpus1 := perCPU(p1)
+	_, cpus2 := perCPU(p2)
+	t.Logf("r1 out %d packets (per CPU %v), r2 in %d (per CPU %v), loss %d, drops %d (of which the veth's %d)",
+		s.out, cpus1, s.in, cpus2, s.out-s.in, s.drops, pl.vethDrops(t))
+	if s.out-s.in != s.drops {
+		t.Errorf("loss from the probes %d, the loss program dropped %d", s.out-s.in, s.drops)
 	}
-	for prev, try := peek(), 0; try < 50; try++ {
-		time.Sleep(200 * time.Millisecond)
-		if cur := peek(); cur == prev {
-			break
-		} else {
-			prev = cur
-		}
-	}
-	d1 := pl.drops(t)
-
-	total := func(p *Probe) (int64, []uint64) {
+	// Read gives the same sums (both colors) and zeroes them.
+	for _, x := range []struct {
+		p    *Probe
+		want int64
+	}{{p1, s1.out}, {p2, s1.in}} {
 		var n int64
-		var perCPU []uint64
-		var key probeAmCountKey
-		var vals []probeAmCount
-		it := p.objs.AmCounts.Iterate()
-		for it.Next(&key, &vals) {
-			if perCPU == nil {
-				perCPU = make([]uint64, len(vals))
-			}
-			for i, v := range vals {
-				perCPU[i] += v.Packets
-			}
-		}
-		if err := it.Err(); err != nil {
-			t.Fatal(err)
-		}
 		for c := range int64(2) {
-			cs, _, err := p.Read(c)
+			cs, _, err := x.p.Read(c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -432,14 +451,11 @@ func TestLabIperfBothCPUs(t *testing.T) {
 				n += r.Packets
 			}
 		}
-		return n, perCPU
+		if n != x.want {
+			t.Errorf("Read: %d packets, the map held %d", n, x.want)
+		}
 	}
-	out, cpus1 := total(p1)
-	in, cpus2 := total(p2)
-	t.Logf("r1 out %d packets (per CPU %v), r2 in %d (per CPU %v), loss %d, drops %d (of which the veth's %d)", out, cpus1, in, cpus2, out-in, d1-d0, pl.vethDrops(t))
-	if out-in != int64(d1-d0) {
-		t.Errorf("loss from the probes %d, the loss program dropped %d", out-in, d1-d0)
-	}
+	out := s.out
 	if len(cpus1) < 2 || cpus1[0] == 0 || cpus1[1] == 0 {
 		t.Errorf("r1's probe did not count on both CPUs: %v", cpus1)
 	}

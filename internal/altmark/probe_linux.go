@@ -256,7 +256,7 @@ func (p *Probe) Close() error {
 
 // StatNames name enum am_stat's values, in order (a test checks the count).
 var StatNames = []string{"seen", "counted", "not_ip", "unmarked", "filtered", "backbone", "no_point",
-	"mal_l2", "mal_ipv4", "mal_ipv6", "mal_ext", "mal_opt", "mal_l4", "table_full", "sampled", "sample_lost", "hash_grown"}
+	"mal_l2", "mal_ipv4", "mal_ipv6", "mal_ext", "mal_opt", "mal_l4", "table_full", "sampled", "sample_lost", "hash_grown", "gso"}
 
 // Stats are the probe's per-CPU statistics summed, by StatNames.
 func (p *Probe) Stats() (map[string]uint64, error) {
