@@ -46,9 +46,13 @@ static __always_inline __u32 am_fmix(__u32 h)
 	return h;
 }
 
+/* am_be32 reads 4 bytes as a big-endian word: one load and one byte swap. */
 static __always_inline __u32 am_be32(const __u8 *b)
 {
-	return (__u32)b[0] << 24 | (__u32)b[1] << 16 | (__u32)b[2] << 8 | b[3];
+	__u32 w;
+
+	__builtin_memcpy(&w, b, 4);
+	return bpf_ntohl(w);
 }
 
 /* The invariant fields of a packet, copied out of it (after this, nothing reads the packet). */
