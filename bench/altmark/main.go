@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -54,14 +55,14 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tp, tdata, err := throughput(ctx)
+	tp, ts, tdata, err := throughput(ctx)
 	if err != nil {
 		return err
 	}
 	for k, v := range tdata {
 		data[k] = v
 	}
-	return report.Save(report.Result{Name: "altmark", Tables: []*report.Table{ns, tp}, Data: data})
+	return report.Save(report.Result{Name: "altmark", Tables: []*report.Table{ns, tp, ts}, Data: data})
 }
 
 // emptyTCX is the baseline: a tcx program that returns TCX_NEXT.
@@ -164,18 +165,19 @@ func frameHash() uint32 {
 }
 
 // throughput runs iperf3 TCP h1 → h2 through r1 without and with the probe on both directions
-// of both of r1's interfaces, interleaved, and reports medians and their ratio.
-func throughput(ctx context.Context) (*report.Table, map[string]any, error) {
+// of both of r1's interfaces, interleaved, and reports medians and their ratio; then the
+// timestamp agreement on one veth (timestamps).
+func throughput(ctx context.Context) (*report.Table, *report.Table, map[string]any, error) {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	name := "am" + hex.EncodeToString(b)
 	top, err := lab.Parse("bench-altmark.yaml", []byte(lab.HostRouterHost), name)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	l, err := lab.Up("bench-altmark.yaml", []byte(lab.HostRouterHost), top)
 	if err != nil {
-		return nil, nil, fmt.Errorf("lab up: %w", err)
+		return nil, nil, nil, fmt.Errorf("lab up: %w", err)
 	}
 	defer func() {
 		if err := lab.Down(name); err != nil {
@@ -184,11 +186,11 @@ func throughput(ctx context.Context) (*report.Table, map[string]any, error) {
 	}()
 	r1, err := l.Node("r1")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	h2, err := l.Node("h2")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var points []altmark.Point
 	for _, i := range r1.Ifaces {
@@ -207,7 +209,7 @@ func throughput(ctx context.Context) (*report.Table, map[string]any, error) {
 					p, err = altmark.OpenProbe(spec)
 					return err
 				}); err != nil {
-					return nil, nil, err
+					return nil, nil, nil, err
 				}
 			}
 			res, err := l.Iperf(ctx, "h1", "h2", dst, "-t", fmt.Sprint(duration.Seconds()))
@@ -221,7 +223,7 @@ func throughput(ctx context.Context) (*report.Table, map[string]any, error) {
 				p.Close()
 			}
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			if probed {
 				with = append(with, res.ReceivedBPS/1e9)
@@ -236,5 +238,84 @@ func throughput(ctx context.Context) (*report.Table, map[string]any, error) {
 	t.Add("no probe", wo, 1.0)
 	t.Add("probe on both interfaces, in and out", wi, wi/wo)
 	t.Notes = append(t.Notes, fmt.Sprintf("%d interleaved rounds of %v; veths with GSO/GRO as the lab sets them (a GSO packet is one probe run; it counts gso_segs packets). The probe counted %d packets over the probed rounds.", *rounds, *duration, counted))
-	return t, map[string]any{"gbps_without": without, "gbps_with": with, "packets_counted": counted}, nil
+	ts, delays, err := timestamps(ctx, l)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return t, ts, map[string]any{"gbps_without": without, "gbps_with": with, "packets_counted": counted, "veth_delays_ns": delays}, nil
+}
+
+// timestamps probes both ends of h1's veth to r1 (h1 egress, r1 ingress), sends 2,000 pings
+// 1 ms apart and matches the samples by hash: each difference is the veth's true delay (µs)
+// plus the error of the two timestamps (one clock here: the probes' own placement).
+func timestamps(ctx context.Context, l *lab.Lab) (*report.Table, []int64, error) {
+	h1, err := l.Node("h1")
+	if err != nil {
+		return nil, nil, err
+	}
+	h2, err := l.Node("h2")
+	if err != nil {
+		return nil, nil, err
+	}
+	a, b := h1.Ifaces[0], h1.Ifaces[0].Peer()
+	open := func(node, ifname, dir string) (altmark.Datapath, error) {
+		var p altmark.Datapath
+		err := nsrun.Do(l.Netns(node), func() error {
+			var err error
+			p, err = altmark.OpenProbe(altmark.ProbeSpec{Points: []altmark.Point{{Ifname: ifname, Direction: dir}}, PeriodNs: int64(time.Second),
+				Carrier: "dscp", DSCPBits: [2]uint8{0, 1}, HashBits: 1, NMax: 65536})
+			return err
+		})
+		return p, err
+	}
+	pa, err := open("h1", l.IfName(a), "out")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer pa.Close()
+	pb, err := open(b.Node.Name, l.IfName(b), "in")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer pb.Close()
+	cmd, err := l.Command(ctx, "h1", "ping", "-q", "-i", "0.001", "-c", "2000", h2.Ifaces[0].IPv4.Addr().String())
+	if err != nil {
+		return nil, nil, err
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, nil, fmt.Errorf("ping: %v: %s", err, out)
+	}
+	at := map[int64]int64{}
+	var sa []altmark.Sample
+	for n := int64(0); n < 2; n++ {
+		_, s, err := pa.Read(n)
+		if err != nil {
+			return nil, nil, err
+		}
+		sa = append(sa, s...)
+		_, s, err = pb.Read(n)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, x := range s {
+			at[x.Hash] = x.TAINs
+		}
+	}
+	var d []int64
+	for _, x := range sa {
+		if t, ok := at[x.Hash]; ok {
+			d = append(d, t-x.TAINs)
+		}
+	}
+	if len(d) == 0 {
+		return nil, nil, fmt.Errorf("timestamps: no sample matched")
+	}
+	slices.Sort(d)
+	us := func(ns int64) float64 { return float64(ns) / 1e3 }
+	t := &report.Table{Title: "altmark probe: timestamp agreement across one veth (h1 egress → r1 ingress)",
+		Columns: []string{"matched samples", "min µs", "median µs", "p99 µs", "max µs"}}
+	t.Add(len(d), us(d[0]), us(d[len(d)/2]), us(d[len(d)*99/100]), us(d[len(d)-1]))
+	t.Notes = append(t.Notes, "2,000 pings 1 ms apart, hash length 1; both probes read the same CLOCK_TAI, so the "+
+		"difference is the veth's delay (the egress hook to the peer's ingress hook) plus the timestamps' placement, an upper bound on their error.")
+	return t, d, nil
 }
