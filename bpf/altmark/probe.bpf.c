@@ -236,10 +236,16 @@ static __always_inline int am_probe(struct __sk_buff *skb, __u32 dir)
 	int r;
 
 	fp_count(&am_stats, AM_STAT_SEEN);
-	if (skb->data_end - skb->data < AM_PULL_LEN && len > skb->data_end - skb->data)
-		bpf_skb_pull_data(skb, len < AM_PULL_LEN ? len : AM_PULL_LEN);
-	asm volatile("" : "+r"(skb)); /* read data and data_end anew, as ctx loads */
 	r = am_parse((void *)(long)skb->data, (void *)(long)skb->data_end, len, &p);
+	/* Headers past the linear part (rare: a sender's TCP segments carry theirs linear, and
+	 * pulling them would copy each cloned skb): make up to AM_PULL_LEN bytes linear, parse
+	 * again. */
+	if (r && r != AM_STAT_NOT_IP && skb->data_end - skb->data < AM_PULL_LEN &&
+	    len > skb->data_end - skb->data) {
+		bpf_skb_pull_data(skb, len < AM_PULL_LEN ? len : AM_PULL_LEN);
+		asm volatile("" : "+r"(skb)); /* read data and data_end anew, as ctx loads */
+		r = am_parse((void *)(long)skb->data, (void *)(long)skb->data_end, len, &p);
+	}
 	if (r == AM_STAT_NOT_IP) {
 		fp_count(&am_stats, AM_STAT_NOT_IP);
 		return TCX_NEXT;
