@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -294,6 +295,9 @@ func TestLabLossPerPeriod(t *testing.T) {
 				delays = append(delays, t2-s.TAINs)
 			}
 		}
+	}
+	if got := testutil.ToFloat64(r1.Metrics.Datapath.WithLabelValues("counted")); got == 0 {
+		t.Errorf("flowplane_altmark_datapath_events{event=\"counted\"} is 0 on r1")
 	}
 	if lossTotal == 0 {
 		t.Errorf("the loss program dropped nothing: no loss was measured")
