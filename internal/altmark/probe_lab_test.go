@@ -59,8 +59,8 @@ func upPathLab(t *testing.T) *pathLab {
 	if pl.a == nil {
 		t.Fatal("r1 has no link to r2")
 	}
-	// r1 must send nothing but IP on the lossy link for drops and probe counts to compare:
-	// its neighbour entry for r2 is made permanent, so no ARP crosses it.
+	// r1 must send only the test's packets on the lossy link for drops and probe counts to
+	// compare: its neighbour entries for r2 are made permanent, so no ARP or ND crosses it.
 	var mac net.HardwareAddr
 	if err := nsrun.Do(l.Netns("r2"), func() error {
 		dev, err := netlink.LinkByName(l.IfName(pl.b))
@@ -71,7 +71,9 @@ func upPathLab(t *testing.T) *pathLab {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	labtest.Run(t, l, "r1", "ip", "neigh", "replace", pl.b.IPv4.Addr().String(), "lladdr", mac.String(), "dev", l.IfName(pl.a), "nud", "permanent")
+	for _, a := range []string{pl.b.IPv4.Addr().String(), pl.b.IPv6.Addr().String()} {
+		labtest.Run(t, l, "r1", "ip", "neigh", "replace", a, "lladdr", mac.String(), "dev", l.IfName(pl.a), "nud", "permanent")
+	}
 	return pl
 }
 
@@ -116,7 +118,7 @@ func (pl *pathLab) vethDrops(t *testing.T) uint64 {
 // after an error, reported with t.Error: it may run on another goroutine).
 func startRunner(t *testing.T, pl *pathLab, node string, ifc *topo.Iface, dir string, extra string) *Runner {
 	t.Helper()
-	cfg, err := ParseConfig("lab.yaml", []byte(fmt.Sprintf("probe_id: %s\ninterfaces: [{name: %s, direction: %s}]\nperiod: %s\ncarrier: dscp\ndata_dir: %s\n%s",
+	cfg, err := ParseConfig("lab.yaml", []byte(fmt.Sprintf("probe_id: %s\ninterfaces: [{name: %s, direction: %s}]\nperiod: %s\ndata_dir: %s\n%s",
 		node, pl.IfName(ifc), dir, labPeriod, t.TempDir(), extra)))
 	if err != nil {
 		t.Error(err)
@@ -135,21 +137,36 @@ func startRunner(t *testing.T, pl *pathLab, node string, ifc *topo.Iface, dir st
 
 const labPeriod = 400 * time.Millisecond
 
-// sendColored sends UDP datagrams from h1 to h2 at about 2,000 a second until stop, each with
-// the DSCP color of the period it leaves in (as a marker would set it), and none within quiet
-// of a period boundary, so every packet is in the network well inside its period.
-func sendColored(t *testing.T, pl *pathLab, quiet time.Duration, stop <-chan struct{}) *sync.WaitGroup {
+// sendColored sends UDP datagrams from h1 to h2 at about 2,000 a second until stop, each
+// colored for the period it leaves in as a marker would color it, and none within quiet of a
+// period boundary, so every packet is in the network well inside its period. mode is "dscp4"
+// (IP_TOS), "dscp6" (IPV6_TCLASS) or "altmark6": the RFC 9343 option in a Destination Options
+// header the kernel inserts (IPV6_DSTOPTS), FlowMonID labFlowMon, L = the color.
+func sendColored(t *testing.T, pl *pathLab, mode string, quiet time.Duration, stop <-chan struct{}) *sync.WaitGroup {
 	h2, err := pl.Node("h2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst := h2.Ifaces[0].IPv4.Addr().String()
+	network, dst := "udp4", h2.Ifaces[0].IPv4.Addr().String()
+	if mode != "dscp4" {
+		network, dst = "udp6", h2.Ifaces[0].IPv6.Addr().String()
+	}
+	setColor := func(fd int, color int) error {
+		switch mode {
+		case "dscp4":
+			return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, color<<2)
+		case "dscp6":
+			return unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_TCLASS, color<<2)
+		}
+		doh := append([]byte{0, 0}, amOpt(labFlowMon, color == 1, false)...) // 8 bytes: length 0
+		return unix.SetsockoptString(fd, unix.IPPROTO_IPV6, unix.IPV6_DSTOPTS, string(doh))
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		err := nsrun.Do(pl.Netns("h1"), func() error {
-			c, err := net.Dial("udp4", net.JoinHostPort(dst, "9"))
+			c, err := net.Dial(network, net.JoinHostPort(dst, "9"))
 			if err != nil {
 				return err
 			}
@@ -159,7 +176,7 @@ func sendColored(t *testing.T, pl *pathLab, quiet time.Duration, stop <-chan str
 				return err
 			}
 			L := int64(labPeriod)
-			tos := -1
+			cur := -1
 			buf := make([]byte, 200)
 			for seq := uint64(0); ; seq++ {
 				select {
@@ -173,15 +190,14 @@ func sendColored(t *testing.T, pl *pathLab, quiet time.Duration, stop <-chan str
 					time.Sleep(time.Millisecond)
 					continue
 				}
-				color := int((now / L) & 1)
-				if color<<2 != tos {
-					tos = color << 2
+				if color := int((now / L) & 1); color != cur {
+					cur = color
 					var serr error
-					if err := raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS, tos) }); err != nil {
+					if err := raw.Control(func(fd uintptr) { serr = setColor(int(fd), color) }); err != nil {
 						return err
 					}
 					if serr != nil {
-						return serr
+						return fmt.Errorf("color the socket (%s): %w", mode, serr)
 					}
 				}
 				copy(buf, fmt.Sprintf("seq %d", seq)) // distinct payloads: distinct hashes
@@ -196,6 +212,8 @@ func sendColored(t *testing.T, pl *pathLab, quiet time.Duration, stop <-chan str
 	return &wg
 }
 
+const labFlowMon = 0xabcde
+
 func taiNs() int64 {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_TAI, &ts)
@@ -205,14 +223,24 @@ func taiNs() int64 {
 // TestLabLossPerPeriod: for every recorded period, the loss from r1's egress and r2's ingress
 // counters equals the drops of the lab's loss program in that period, exactly; samples matched
 // by hash give one-way delays of a veth hop (positive, well below a millisecond on average).
+// With the dscp carrier over IPv4 and IPv6, and the ipv6-altmark carrier (per FlowMonID), one
+// after the other on one lab.
 func TestLabLossPerPeriod(t *testing.T) {
 	t.Parallel()
 	testenv.Privileged(t)
 	pl := upPathLab(t)
+	for _, c := range []struct{ name, mode, carrier string }{
+		{"dscp IPv4", "dscp4", "dscp"}, {"dscp IPv6", "dscp6", "dscp"}, {"ipv6-altmark", "altmark6", "ipv6-altmark"},
+	} {
+		t.Run(c.name, func(t *testing.T) { lossPerPeriod(t, pl, c.mode, c.carrier) })
+	}
+}
+
+func lossPerPeriod(t *testing.T, pl *pathLab, mode, carrier string) {
 	// Each probe records `periods` periods from its first whole one; loading takes a while on a
 	// busy machine, so they start together and at least 6 periods must be common to both.
 	const periods, common = 10, 6
-	extra := fmt.Sprintf("periods: %d\nhash_bits: 3\n", periods)
+	extra := fmt.Sprintf("periods: %d\nhash_bits: 3\ncarrier: %s\n", periods, carrier)
 	var r1, r2 *Runner
 	var starting sync.WaitGroup
 	starting.Add(2)
@@ -228,7 +256,7 @@ func TestLabLossPerPeriod(t *testing.T) {
 	quiet := 40 * time.Millisecond
 	dropsAt := map[int64]uint64{} // n -> drops before period n
 	stop := make(chan struct{})
-	wg := sendColored(t, pl, quiet, stop)
+	wg := sendColored(t, pl, mode, quiet, stop)
 	sampler := make(chan struct{})
 	go func() {
 		defer close(sampler)
@@ -266,8 +294,12 @@ func TestLabLossPerPeriod(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(a.Counters) != 1 || len(b.Counters) != 1 {
-			t.Fatalf("period %d: counters %+v and %+v", n, a.Counters, b.Counters)
+		wantFM := int64(-1)
+		if carrier == carrierIPv6AltMrk {
+			wantFM = labFlowMon
+		}
+		if len(a.Counters) != 1 || len(b.Counters) != 1 || a.Counters[0].FlowMonID != wantFM || b.Counters[0].FlowMonID != wantFM {
+			t.Fatalf("period %d: counters %+v and %+v, want one row each of FlowMonID %d", n, a.Counters, b.Counters, wantFM)
 		}
 		out, in := a.Counters[0].Packets, b.Counters[0].Packets
 		d0, ok0 := dropsAt[n]
