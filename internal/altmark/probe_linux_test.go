@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/gopacket/gopacket/layers"
 	"golang.org/x/sys/unix"
 
+	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/packet"
 	"github.com/flowplane/flowplane/internal/progrun"
 	"github.com/flowplane/flowplane/internal/testenv"
@@ -526,5 +530,56 @@ func TestProbeBackbone(t *testing.T) {
 func TestProbeStatNames(t *testing.T) {
 	if len(StatNames) != int(probeAmStatAM_STAT_MAX) {
 		t.Errorf("%d names for %d statistics", len(StatNames), probeAmStatAM_STAT_MAX)
+	}
+}
+
+// TestOpenProbeAttachesAndDetaches: OpenProbe attaches one tcx program per point on a veth in a
+// namespace of its own, and Close leaves none; a missing interface fails before anything
+// attaches, naming it.
+func TestOpenProbeAttachesAndDetaches(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	a, b := testenv.Netns(t), testenv.Netns(t)
+	va, _ := testenv.VethPair(t, a, b, netip.MustParsePrefix("198.18.7.1/24"), netip.MustParsePrefix("198.18.7.2/24"))
+	count := func() (in, out int) {
+		for _, x := range []struct {
+			at ebpf.AttachType
+			n  *int
+		}{{ebpf.AttachTCXIngress, &in}, {ebpf.AttachTCXEgress, &out}} {
+			r, err := link.QueryPrograms(link.QueryOptions{Target: va.Index, Attach: x.at})
+			if err != nil {
+				t.Fatal(err)
+			}
+			*x.n = len(r.Programs)
+		}
+		return in, out
+	}
+	err := nsrun.Do(a, func() error {
+		s := testSpec()
+		s.Points = []Point{{va.Name, "in"}, {va.Name, "out"}}
+		dp, err := OpenProbe(s)
+		if err != nil {
+			return err
+		}
+		if in, out := count(); in != 1 || out != 1 {
+			t.Errorf("attached: %d ingress and %d egress programs, want 1 and 1", in, out)
+		}
+		if err := dp.Close(); err != nil {
+			t.Error(err)
+		}
+		if in, out := count(); in != 0 || out != 0 {
+			t.Errorf("after Close: %d ingress and %d egress programs", in, out)
+		}
+		s.Points = append(s.Points, Point{"fpnosuchif", "in"})
+		if _, err := OpenProbe(s); err == nil || !strings.Contains(err.Error(), "fpnosuchif") {
+			t.Errorf("a missing interface: %v", err)
+		}
+		if in, out := count(); in != 0 || out != 0 {
+			t.Errorf("after a failed open: %d ingress and %d egress programs", in, out)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
