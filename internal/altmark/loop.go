@@ -246,6 +246,7 @@ func (r *Runner) loop(rn *run) {
 		lag := r.Clock.Now() - due // when the read starts: the maps are read from here on
 		counters, samples, err := rn.dp.Read(n)
 		r.Metrics.ReadLag.Observe(float64(lag) / 1e9)
+		r.Metrics.observeDatapath(rn.dp)
 		if n >= first {
 			recorded++
 			switch {

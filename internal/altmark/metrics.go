@@ -22,6 +22,7 @@ type Metrics struct {
 	Bytes          *prometheus.CounterVec
 	Samples        *prometheus.CounterVec
 	Malformed      *prometheus.CounterVec
+	Datapath       *prometheus.GaugeVec // event: the kernel side's statistics since it attached
 }
 
 // NewMetrics creates the metrics in a registry of their own (with Go and process metrics).
@@ -57,9 +58,11 @@ func NewMetrics() *Metrics {
 			Help: "Hash-selected samples kept in recorded periods, per measurement point."}, point),
 		Malformed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowplane_altmark_malformed_total",
 			Help: "Packets the probe could not parse (counted and passed) in recorded periods, per measurement point."}, point),
+		Datapath: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flowplane_altmark_datapath_events",
+			Help: "The kernel probe's statistics since it attached, by event (seen, counted, not_ip, unmarked, filtered, backbone, mal_*, table_full, sampled, sample_lost, hash_grown, gso): updated at every read."}, []string{"event"}),
 	}
 	reg.MustRegister(m.Running, m.LastPeriod, m.PeriodsWritten, m.PeriodsSkipped, m.WriteErrors, m.PendingWrites,
-		m.ExportErrors, m.ExportedRecs, m.ReadLag, m.Packets, m.Bytes, m.Samples, m.Malformed,
+		m.ExportErrors, m.ExportedRecs, m.ReadLag, m.Packets, m.Bytes, m.Samples, m.Malformed, m.Datapath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -74,4 +77,24 @@ func (m *Metrics) observe(p *Period) {
 	}
 	m.LastPeriod.Set(float64(p.Period))
 	m.PeriodsWritten.Inc()
+}
+
+// statser is a datapath that keeps statistics of its own (the kernel probe).
+type statser interface {
+	Stats() (map[string]uint64, error)
+}
+
+// observeDatapath copies the datapath's statistics, if it has any, into Datapath.
+func (m *Metrics) observeDatapath(dp Datapath) {
+	s, ok := dp.(statser)
+	if !ok {
+		return
+	}
+	st, err := s.Stats()
+	if err != nil {
+		return
+	}
+	for k, v := range st {
+		m.Datapath.WithLabelValues(k).Set(float64(v))
+	}
 }

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# demo-altmark.sh: the altmark step of the demo. Called by examples/demo.sh with FLOWPLANE (the
+# binary) and LAB (a running lab h1 — r1 — h2 whose r1—h2 link loses packets). Probes r1's
+# egress towards h2 and h2's ingress with `altmark probe` (1 s periods), while h1 sends UDP whose
+# DSCP color follows the period, as a marker would set it (the marker is not in this branch), and
+# reads the lab's loss counter at every period boundary. Prints, per period, the two probes'
+# counts, the loss they give and the loss program's drops in that period. Takes about 15 s.
+set -euo pipefail
+: "${FLOWPLANE:?set FLOWPLANE to the flowplane binary}" "${LAB:?set LAB to the running lab}"
+fp() { "$FLOWPLANE" "$@"; }
+
+status=$(fp lab status "$LAB" --json)
+dev() { jq -r --arg n "$1" --arg i "$2" '.nodes[] | select(.name==$n) | .interfaces[] | select(.name==$i) | .device' <<<"$status"; }
+addr() { jq -r --arg n "$1" '.nodes[] | select(.name==$n) | .interfaces[0].ipv4' <<<"$status" | cut -d/ -f1; }
+r1out=$(dev r1 eth1) h2in=$(dev h2 eth0) h2=$(addr h2)
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+periods=10
+for p in r1:"$r1out":out h2:"$h2in":in; do
+	IFS=: read -r node ifname dir <<<"$p"
+	cat >"$tmp/$node.yaml" <<-EOF
+		probe_id: $node
+		interfaces: [{name: $ifname, direction: $dir}]
+		period: 1s
+		periods: $periods
+		carrier: dscp
+		hash_bits: 4
+		data_dir: $tmp/data
+	EOF
+done
+# Only IP may cross the lossy link while its drops are compared: r1's neighbour entry for h2
+# becomes permanent, so no ARP goes out there.
+mac=$(fp lab exec "$LAB" h2 -- ip -j link show "$h2in" | jq -r ".[0].address")
+fp lab exec "$LAB" r1 -- ip neigh replace "$h2" lladdr "$mac" dev "$r1out" nud permanent
+echo "== altmark probe on r1 ($r1out out) and h2 ($h2in in), $periods periods of 1 s"
+for node in r1 h2; do
+	fp lab exec "$LAB" "$node" -- "$FLOWPLANE" altmark probe --config "$tmp/$node.yaml" 2>"$tmp/$node.log" &
+	pids+=($!)
+done
+
+# The sender (in h1) and the drop-counter reader (here): CLOCK_TAI, the probes' clock. No packet
+# leaves within 100 ms of a boundary, when the loss counter is read.
+cat >"$tmp/send.py" <<'EOF'
+import socket, sys, time
+dst, seconds = sys.argv[1], float(sys.argv[2])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+end, tos, seq = time.clock_gettime_ns(time.CLOCK_TAI) + int(seconds * 1e9), -1, 0
+while (now := time.clock_gettime_ns(time.CLOCK_TAI)) < end:
+    phase = now % 1_000_000_000
+    if phase < 100_000_000 or phase > 900_000_000:
+        time.sleep(0.005)
+        continue
+    color = (now // 1_000_000_000) % 2
+    if color << 2 != tos:
+        tos = color << 2
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+    s.sendto(b"seq %d" % seq + bytes(100), (dst, 9))
+    seq += 1
+    time.sleep(0.0005)
+EOF
+cat >"$tmp/drops.py" <<'EOF'
+import json, subprocess, sys, time
+flowplane, lab, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+n = time.clock_gettime_ns(time.CLOCK_TAI) // 1_000_000_000 + 1
+for n in range(n, n + int(seconds) + 1):
+    while time.clock_gettime_ns(time.CLOCK_TAI) < n * 1_000_000_000:
+        time.sleep(0.001)
+    st = json.loads(subprocess.run([flowplane, "lab", "status", lab, "--json"], capture_output=True, check=True).stdout)
+    for node in st["nodes"]:
+        for i in node["interfaces"]:
+            if node["name"] == "r1" and i["name"] == "eth1":
+                print(n, i["loss"]["dropped"], flush=True)
+EOF
+sleep 3 # the probes load and wait for their first whole period
+run=6
+python3 "$tmp/drops.py" "$FLOWPLANE" "$LAB" "$run" >"$tmp/drops" &
+pids+=($!)
+fp lab exec "$LAB" h1 -- python3 "$tmp/send.py" "$h2" "$run"
+for p in "${pids[@]}"; do wait "$p" || true; done
+pids=()
+
+echo "== per period: r1 out − h2 in = loss, beside the lab loss program's drops in the period"
+printf '%-12s %5s %8s %8s %6s %6s %8s\n' period color "r1 out" "h2 in" loss drops samples
+for f in "$tmp"/data/jsonl/r1/*.jsonl; do
+	n=$(basename "$f" .jsonl)
+	[[ -f $tmp/data/jsonl/h2/$n.jsonl ]] || continue
+	out=$(jq '.counters[0].packets' "$f") in=$(jq '.counters[0].packets' "$tmp/data/jsonl/h2/$n.jsonl")
+	color=$(jq .color "$f") samples="$(jq '.samples | length' "$f")/$(jq '.samples | length' "$tmp/data/jsonl/h2/$n.jsonl")"
+	d0=$(awk -v n="$n" '$1 == n {print $2}' "$tmp/drops") d1=$(awk -v n="$((n + 1))" '$1 == n {print $2}' "$tmp/drops")
+	[[ -n $d0 && -n $d1 ]] || continue # not a period of the sender's
+	drops=$((d1 - d0))
+	printf '%-12s %5s %8s %8s %6s %6s %8s\n' "$n" "$color" "$out" "$in" "$((out - in))" "$drops" "$samples"
+done
