@@ -1,0 +1,456 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* marker.bpf.c: the alternate-marking marker (RFC 9341, RFC 9343) at tcx egress of a network
+ * edge. Each selected packet gets the color of its period, color = (⌊TAI / L⌋ + start_color)
+ * mod 2, in one carrier:
+ *
+ *   dscp          two DSCP bits (color, delay) of the IPv4 TOS / IPv6 traffic class; the ECN
+ *                 bits are never touched; the IPv4 header checksum is updated incrementally.
+ *   ipv4-flag     the IPv4 reserved flag bit (0x8000 of frag_off), checksum updated; traffic
+ *                 from or to a backbone prefix is left alone.
+ *   ipv6-altmark  the RFC 9343 AltMark option (type 0x12, data length 4: FlowMonID 20 bits,
+ *                 L, D, 10 reserved bits): updated in place where the packet has one, else an
+ *                 8-byte Destination Options (default) or Hop-by-Hop header inserted right
+ *                 after the IPv6 header (see insert_altmark for the positions handled).
+ *
+ * Double marking (RFC 9341 §3.2.2): the delay bit / D flag goes on the first double_packets
+ * packets of each flow in each period that leave in the central half of the period, far from
+ * the color changes. The marker never drops: what it cannot mark it passes and counts. */
+#include "common.h"
+#include "parse.h"
+#include "stats.h"
+#include "mark.h"
+
+#define ALTMARK_OPT_TYPE 0x12  /* RFC 9343 §5: the AltMark option, both option headers */
+#define ALTMARK_OPT_LEN	 4     /* option data: FlowMonID(20) L(1) D(1) reserved(10) */
+#define ALTMARK_HDR_LEN	 8     /* next header, length 0, option type, length, 4 data bytes */
+#define ALTMARK_L	 0x800 /* in the option data as a host-order 32-bit word */
+#define ALTMARK_D	 0x400
+#define FLOWMON_SHIFT	 12
+#define MARK_OPTS_MAX	 16  /* options looked through in one options header */
+#define MARK_PULL	 256 /* bytes made linear before parsing */
+#define IPV4_RESERVED	 0x8000
+#define IPV6_TC_SHIFT	 4 /* traffic class: bits 4-11 of the first 16-bit word */
+
+/* Configuration, set from Go before load. */
+volatile const __u64 period_ns = 1000000000; /* L */
+volatile const __u32 start_color = 0;
+volatile const __u32 carrier = MARK_CARRIER_DSCP;
+volatile const __u8 color_mask = 0x04; /* dscp: the TOS/traffic-class bit of the color */
+volatile const __u8 delay_mask = 0x08; /* dscp: the bit of the delay mark */
+volatile const __u32 hop_by_hop = 0;   /* ipv6-altmark: insert Hop-by-Hop, not Dest. Options */
+volatile const __u32 mtu = 0;	       /* ipv6-altmark: L3 MTU; 0 = the device's (bpf_check_mtu) */
+volatile const __u32 flowmon_id = 0;   /* fixed FlowMonID (per_flow_id = 0) */
+volatile const __u32 per_flow_id = 0;  /* allocate FlowMonIDs per flow from flowmon_first */
+volatile const __u32 flowmon_first = 1;
+volatile const __u32 flowmon_count = 0xfffff; /* IDs flowmon_first … +count-1 */
+volatile const __u32 double_packets = 0;      /* per flow and period; 0 = no double marking */
+volatile const __u32 any_proto = 1;
+volatile const __u32 proto_mask[8] = {}; /* bit p set: IP protocol p is selected */
+volatile const __u32 sel_src = 0;	 /* mark_src holds the selected source prefixes */
+volatile const __u32 sel_dst = 0;	 /* mark_dst holds the selected destination prefixes */
+volatile const __u32 sel_backbone = 0;	 /* mark_backbone holds prefixes left alone */
+volatile const __u16 sport_lo = 0, sport_hi = 0xffff;
+volatile const __u16 dport_lo = 0, dport_hi = 0xffff;
+
+/* key = struct mark_flow_key, value = struct mark_flow: FlowMonID and delay count per flow */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct mark_flow_key);
+	__type(value, struct mark_flow);
+	__uint(max_entries, 65536);
+} mark_flows SEC(".maps");
+
+/* key = 0, value = FlowMonIDs allocated so far (atomic; the next one is first + n mod count) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 1);
+} mark_next_id SEC(".maps");
+
+/* key = struct mark_lpm_key (source prefix), value = 1: traffic the marker selects */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct mark_lpm_key);
+	__type(value, __u8);
+	__uint(max_entries, 256);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} mark_src SEC(".maps");
+
+/* key = struct mark_lpm_key (destination prefix), value = 1: traffic the marker selects */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct mark_lpm_key);
+	__type(value, __u8);
+	__uint(max_entries, 256);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} mark_dst SEC(".maps");
+
+/* key = struct mark_lpm_key (IPv4-mapped backbone prefix), value = 1: never marked */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct mark_lpm_key);
+	__type(value, __u8);
+	__uint(max_entries, 256);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+} mark_backbone SEC(".maps");
+
+/* key = enum mark_reason, value = per-CPU count */
+FP_COUNTERS(mark_stats, enum mark_reason, MARK_REASON_MAX);
+
+const enum mark_carrier *unused_carrier __attribute__((unused)); /* keep the enums in BTF */
+
+/* What parsing found beyond the fixed IP header. */
+struct l3info {
+	__u32 upper_off; /* offset of the upper-layer header */
+	__u32 altmark;	 /* offset of an AltMark option's type byte; 0: none */
+	__u8 upper;	 /* upper-layer protocol */
+	__u8 ext;	 /* IPv6: the packet has extension headers */
+	__u8 auth;	 /* IPv6: one of them is AH */
+	__u8 later_frag; /* a non-first fragment: no ports */
+};
+
+static __always_inline int in_prefixes(void *map, const __u8 addr[16])
+{
+	struct mark_lpm_key k = {.prefixlen = 128};
+
+	__builtin_memcpy(k.addr, addr, 16);
+	return bpf_map_lookup_elem(map, &k) != NULL;
+}
+
+static __always_inline void map4(__u8 dst[16], __be32 a)
+{
+	__builtin_memset(dst, 0, 10);
+	dst[10] = 0xff;
+	dst[11] = 0xff;
+	__builtin_memcpy(dst + 12, &a, 4);
+}
+
+/* find_altmark returns the offset of the AltMark option in the options header (Hop-by-Hop or
+ * Destination Options) at off of len bytes, 0 when it has none among its first MARK_OPTS_MAX
+ * options, -1 when the options overrun the header or an AltMark has the wrong length. */
+static __always_inline int find_altmark(struct __sk_buff *skb, __u32 off, __u32 len)
+{
+	__u32 p = off + 2, stop = off + len;
+	__u8 tl[2];
+
+	for (int i = 0; i < MARK_OPTS_MAX; i++) {
+		if (p >= stop)
+			return 0;
+		if (bpf_skb_load_bytes(skb, p, tl, 1) < 0)
+			return -1;
+		if (tl[0] == 0) { /* Pad1 */
+			p++;
+			continue;
+		}
+		if (p + 2 > stop || bpf_skb_load_bytes(skb, p, tl, 2) < 0)
+			return -1;
+		if (p + 2 + tl[1] > stop)
+			return -1;
+		if (tl[0] == ALTMARK_OPT_TYPE)
+			return tl[1] == ALTMARK_OPT_LEN ? (int)p : -1;
+		p += 2 + tl[1];
+	}
+	return 0;
+}
+
+/* scan_ipv6 walks the extension headers from off (next = the IPv6 next header): the first
+ * AltMark option in a Hop-by-Hop or Destination Options header, the upper layer. -1: malformed
+ * (truncated, Hop-by-Hop not first), -2: more headers than FP_IPV6_EXT_MAX. */
+static __always_inline int scan_ipv6(struct __sk_buff *skb, __u32 off, __u8 next, struct l3info *li)
+{
+	for (int i = 0; i < FP_IPV6_EXT_MAX; i++) {
+		struct ipv6_opt_hdr_ oh;
+		struct frag_hdr_ fh;
+		__u32 len;
+		int a;
+
+		switch (next) {
+		case NEXTHDR_HOP:
+		case NEXTHDR_DEST:
+		case NEXTHDR_ROUTING:
+		case NEXTHDR_AUTH:
+			if (next == NEXTHDR_HOP && i != 0)
+				return -1; /* RFC 8200 §4.3: only right after the IPv6 header */
+			if (bpf_skb_load_bytes(skb, off, &oh, sizeof(oh)) < 0)
+				return -1;
+			len = ipv6_opt_len(next, oh.hdrlen);
+			if ((next == NEXTHDR_HOP || next == NEXTHDR_DEST) && !li->altmark) {
+				a = find_altmark(skb, off, len);
+				if (a < 0)
+					return -1;
+				li->altmark = a;
+			}
+			if (next == NEXTHDR_AUTH)
+				li->auth = 1;
+			li->ext = 1;
+			off += len;
+			next = oh.nexthdr;
+			break;
+		case NEXTHDR_FRAGMENT:
+			if (bpf_skb_load_bytes(skb, off, &fh, sizeof(fh)) < 0)
+				return -1;
+			if (fh.frag_off & bpf_htons(0xfff8))
+				li->later_frag = 1;
+			li->ext = 1;
+			off += sizeof(fh);
+			next = fh.nexthdr;
+			break;
+		default:
+			li->upper = next;
+			li->upper_off = off;
+			return 0;
+		}
+	}
+	return -2;
+}
+
+/* load_ports fills the flow key's ports for TCP, UDP and SCTP (first fragments only). */
+static __always_inline int load_ports(struct __sk_buff *skb, struct l3info *li,
+				      struct mark_flow_key *k)
+{
+	__be16 ports[2];
+
+	if (li->later_frag)
+		return 0;
+	if (li->upper != IPPROTO_TCP && li->upper != IPPROTO_UDP && li->upper != IPPROTO_SCTP)
+		return 0;
+	if (bpf_skb_load_bytes(skb, li->upper_off, ports, sizeof(ports)) < 0)
+		return -1;
+	k->sport = ports[0];
+	k->dport = ports[1];
+	return 0;
+}
+
+static __always_inline int selected(const struct mark_flow_key *k)
+{
+	__u16 sp = bpf_ntohs(k->sport), dp = bpf_ntohs(k->dport);
+
+	if (!any_proto && !(proto_mask[(k->proto >> 5) & 7] & (1u << (k->proto & 31))))
+		return 0;
+	if (sp < sport_lo || sp > sport_hi || dp < dport_lo || dp > dport_hi)
+		return 0;
+	if (sel_src && !in_prefixes(&mark_src, k->saddr))
+		return 0;
+	if (sel_dst && !in_prefixes(&mark_dst, k->daddr))
+		return 0;
+	return 1;
+}
+
+/* flow_state returns the flow's state, creating it (with a new FlowMonID) at its first packet;
+ * NULL when the table refuses it. */
+static __always_inline struct mark_flow *flow_state(const struct mark_flow_key *k)
+{
+	struct mark_flow *f = bpf_map_lookup_elem(&mark_flows, k);
+	struct mark_flow nf = {};
+	__u32 zero = 0;
+	__u64 *next, n;
+
+	if (f)
+		return f;
+	if (per_flow_id) {
+		next = bpf_map_lookup_elem(&mark_next_id, &zero);
+		if (!next)
+			return NULL;
+		n = __sync_fetch_and_add(next, 1);
+		nf.flowmon_id = flowmon_first + (__u32)(n % flowmon_count);
+	} else {
+		nf.flowmon_id = flowmon_id;
+	}
+	nf.period = ~0ULL;
+	/* A flow that starts on two CPUs at once: the first insert wins, both use its ID. */
+	bpf_map_update_elem(&mark_flows, k, &nf, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&mark_flows, k);
+}
+
+/* insert_altmark adds an 8-byte Destination Options (or Hop-by-Hop) header holding only the
+ * AltMark option right after the IPv6 header at nh. Positions handled: Destination Options
+ * only when the IPv6 header is followed directly by the upper layer (so there is no routing
+ * header, and the new header is the one RFC 8200 puts before the upper layer); Hop-by-Hop
+ * whenever the packet has no Hop-by-Hop header yet (it becomes the first, as RFC 8200 wants)
+ * and no AH (whose ICV covers the option). The caller has checked both. */
+static __always_inline enum mark_reason insert_altmark(struct __sk_buff *skb, __u32 nh, __u8 next,
+						       __u16 plen, __be32 data)
+{
+	__u8 hdr[ALTMARK_HDR_LEN] = {next, 0, ALTMARK_OPT_TYPE, ALTMARK_OPT_LEN};
+	__u8 nexthdr = hop_by_hop ? NEXTHDR_HOP : NEXTHDR_DEST;
+	__be16 nplen = bpf_htons(plen + ALTMARK_HDR_LEN);
+	__u32 lim = 0;
+
+	if (!skb->gso_size) { /* GSO: adjust_room shrinks the MSS, segments keep their size */
+		if (mtu) {
+			if (skb->len - nh + ALTMARK_HDR_LEN > mtu)
+				return MARK_TOO_BIG;
+		} else if (bpf_check_mtu(skb, 0, &lim, ALTMARK_HDR_LEN, 0)) {
+			return MARK_TOO_BIG;
+		}
+	}
+	__builtin_memcpy(hdr + 4, &data, 4);
+	if (bpf_skb_adjust_room(skb, ALTMARK_HDR_LEN, BPF_ADJ_ROOM_NET, 0))
+		return MARK_ADJUST_FAILED;
+	if (bpf_skb_store_bytes(skb, nh + sizeof(struct ipv6hdr), hdr, sizeof(hdr), 0) ||
+	    bpf_skb_store_bytes(skb, nh + offsetof(struct ipv6hdr, payload_len), &nplen,
+				sizeof(nplen), 0) ||
+	    bpf_skb_store_bytes(skb, nh + offsetof(struct ipv6hdr, nexthdr), &nexthdr,
+				sizeof(nexthdr), 0))
+		return MARK_ADJUST_FAILED; /* cannot happen: the room was just made */
+	return MARK_INSERTED;
+}
+
+static __always_inline int unmarked(enum mark_reason why)
+{
+	fp_count(&mark_stats, why);
+	return TCX_NEXT;
+}
+
+SEC("tcx/egress")
+int altmark_mark(struct __sk_buff *skb)
+{
+	struct mark_flow_key key = {};
+	struct l3info li = {};
+	struct hdr_cursor c;
+	struct ethhdr *eth;
+	struct mark_flow *f = NULL;
+	void *data, *end;
+	__u64 now, period, pos;
+	__u32 color, delay = 0, id = flowmon_id, nh;
+	int proto, v6;
+
+	fp_count(&mark_stats, MARK_SEEN);
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	if (end - data < MARK_PULL && skb->len > end - data) {
+		bpf_skb_pull_data(skb, skb->len < MARK_PULL ? skb->len : MARK_PULL);
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+	}
+	c.pos = data;
+	c.end = end;
+	proto = parse_ethhdr(&c, &eth);
+	if (proto < 0)
+		return unmarked(MARK_MALFORMED);
+	nh = c.pos - data;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *iph;
+		int l4 = parse_iphdr(&c, &iph);
+
+		if (l4 < 0 || bpf_ntohs(iph->tot_len) < iph->ihl * 4 ||
+		    bpf_ntohs(iph->tot_len) > skb->len - nh)
+			return unmarked(MARK_MALFORMED);
+		v6 = 0;
+		li.upper = l4;
+		li.upper_off = c.pos - data;
+		li.later_frag = (iph->frag_off & bpf_htons(IP_OFFSET)) != 0;
+		map4(key.saddr, iph->saddr);
+		map4(key.daddr, iph->daddr);
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = c.pos;
+		int r;
+
+		if ((void *)(ip6 + 1) > end || ip6->version != 6 || ip6->payload_len == 0 ||
+		    bpf_ntohs(ip6->payload_len) > skb->len - nh - sizeof(*ip6))
+			return unmarked(MARK_MALFORMED); /* truncated, or a jumbogram */
+		v6 = 1;
+		__builtin_memcpy(key.saddr, &ip6->saddr, 16);
+		__builtin_memcpy(key.daddr, &ip6->daddr, 16);
+		r = scan_ipv6(skb, nh + sizeof(*ip6), ip6->nexthdr, &li);
+		if (r == -2)
+			return unmarked(MARK_NO_POSITION);
+		if (r < 0)
+			return unmarked(MARK_MALFORMED);
+	} else {
+		return unmarked(MARK_NOT_IP);
+	}
+	key.proto = li.upper;
+	if (load_ports(skb, &li, &key) < 0)
+		return unmarked(MARK_MALFORMED);
+	if (!selected(&key))
+		return unmarked(MARK_NOT_SELECTED);
+	if (carrier == MARK_CARRIER_IPV4_FLAG && v6)
+		return unmarked(MARK_WRONG_FAMILY);
+	if (carrier == MARK_CARRIER_IPV6_ALTMARK && !v6)
+		return unmarked(MARK_WRONG_FAMILY);
+	if (sel_backbone &&
+	    (in_prefixes(&mark_backbone, key.saddr) || in_prefixes(&mark_backbone, key.daddr)))
+		return unmarked(MARK_BACKBONE);
+
+	now = bpf_ktime_get_tai_ns();
+	period = now / period_ns;
+	pos = now - period * period_ns;
+	color = (period + start_color) & 1;
+	if (per_flow_id || double_packets) {
+		f = flow_state(&key);
+		if (f) {
+			id = f->flowmon_id;
+		} else {
+			id = 0;
+			fp_count(&mark_stats, MARK_FLOW_FULL);
+		}
+	}
+	if (f && double_packets && pos >= period_ns / 4 && pos < period_ns - period_ns / 4) {
+		if (f->period != period) { /* racy across CPUs: at worst a few more marks */
+			f->period = period;
+			f->delay_marked = 0;
+		}
+		delay = __sync_fetch_and_add(&f->delay_marked, 1) < double_packets;
+	}
+
+	/* Direct packet pointers die with the helpers above: reload. */
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	if (nh > 64 || data + nh + sizeof(struct ipv6hdr) > end)
+		return unmarked(MARK_MALFORMED);
+
+	if (carrier == MARK_CARRIER_DSCP) {
+		__u8 set = (color ? color_mask : 0) | (delay ? delay_mask : 0);
+		__u8 clear = color_mask | delay_mask;
+
+		if (!v6) {
+			struct iphdr *iph = data + nh;
+			__be16 old = *(__be16 *)iph, new;
+
+			iph->tos = (iph->tos & ~clear) | set;
+			new = *(__be16 *)iph;
+			bpf_l3_csum_replace(skb, nh + offsetof(struct iphdr, check), old, new, 2);
+		} else {
+			__be16 *w = data + nh;
+			__u16 old = bpf_ntohs(*w), tc = (old >> IPV6_TC_SHIFT) & 0xff;
+
+			tc = (tc & ~clear) | set;
+			*w = bpf_htons((old & 0xf00f) | (tc << IPV6_TC_SHIFT));
+		}
+	} else if (carrier == MARK_CARRIER_IPV4_FLAG) {
+		struct iphdr *iph = data + nh;
+		__be16 old = iph->frag_off, new;
+
+		new = color ? old | bpf_htons(IPV4_RESERVED) : old & ~bpf_htons(IPV4_RESERVED);
+		iph->frag_off = new;
+		bpf_l3_csum_replace(skb, nh + offsetof(struct iphdr, check), old, new, 2);
+	} else {
+		struct ipv6hdr *ip6 = data + nh;
+		__u32 word = ((id & 0xfffff) << FLOWMON_SHIFT) | (color ? ALTMARK_L : 0) |
+			     (delay ? ALTMARK_D : 0);
+		__be32 be = bpf_htonl(word);
+		enum mark_reason r;
+
+		if (li.altmark) {
+			if (bpf_skb_store_bytes(skb, li.altmark + 2, &be, 4, 0))
+				return unmarked(MARK_MALFORMED);
+			fp_count(&mark_stats, MARK_UPDATED);
+		} else {
+			if (hop_by_hop ? ip6->nexthdr == NEXTHDR_HOP || li.auth : li.ext)
+				return unmarked(MARK_NO_POSITION);
+			r = insert_altmark(skb, nh, ip6->nexthdr, bpf_ntohs(ip6->payload_len), be);
+			if (r != MARK_INSERTED)
+				return unmarked(r);
+			fp_count(&mark_stats, MARK_INSERTED);
+		}
+	}
+	fp_count(&mark_stats, color ? MARK_COLOR1 : MARK_COLOR0);
+	if (delay)
+		fp_count(&mark_stats, MARK_DOUBLE);
+	fp_count(&mark_stats, MARK_MARKED);
+	return TCX_NEXT;
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";
