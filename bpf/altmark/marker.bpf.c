@@ -407,10 +407,10 @@ int altmark_mark(struct __sk_buff *skb)
 
 		if (!v6) {
 			struct iphdr *iph = data + nh;
-			__be16 old = *(__be16 *)iph, new;
+			__u8 *vihl = (__u8 *)iph, tos = (iph->tos & ~clear) | set;
+			__be16 old = bpf_htons(*vihl << 8 | iph->tos), new = bpf_htons(*vihl << 8 | tos);
 
-			iph->tos = (iph->tos & ~clear) | set;
-			new = *(__be16 *)iph;
+			iph->tos = tos;
 			bpf_l3_csum_replace(skb, nh + offsetof(struct iphdr, check), old, new, 2);
 		} else {
 			__be16 *w = data + nh;

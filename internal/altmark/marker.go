@@ -1,10 +1,22 @@
 package altmark
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/runstate"
+	"github.com/flowplane/flowplane/internal/stats"
+	"golang.org/x/sys/unix"
 )
 
 // markSubsystem names the marker's pins (/sys/fs/bpf/flowplane/altmark-mark/<netns>/<dev>/)
@@ -95,4 +107,159 @@ func openMarker(s MarkSpec) (*markerObjects, error) {
 		}
 	}
 	return objs, nil
+}
+
+// netnsName names the calling thread's network namespace (pin.Netns).
+func netnsName() (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return "", fmt.Errorf("identify network namespace: %w", err)
+	}
+	return pin.Netns(st.Ino), nil
+}
+
+func markPin(ns, dev string) []string      { return []string{markSubsystem, ns, dev} }
+func markRecordName(ns, dev string) string { return ns + "-" + dev }
+
+// ErrMarked says the device has a marker already.
+var ErrMarked = errors.New("device already marked")
+
+// CheckMarkDevice returns dev's index, or a usage-grade error: no such interface, or a marker
+// on it already.
+func CheckMarkDevice(dev string) (int, error) {
+	ifc, err := net.InterfaceByName(dev)
+	if err != nil {
+		return 0, fmt.Errorf("interface %q: no such network interface in this network namespace", dev)
+	}
+	ns, err := netnsName()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := os.Stat(filepath.Join(pin.Path(markPin(ns, dev)...), "link")); err == nil {
+		return 0, fmt.Errorf("%w: %s has a marker; run `flowplane altmark mark remove --dev %s` first", ErrMarked, dev, dev)
+	}
+	return ifc.Index, nil
+}
+
+// Mark loads the marker for c and attaches it at the head of dev's tcx egress (before a probe
+// on the same device, which then counts the colored packet), pinning link and maps per
+// network namespace and device. Anything that fails undoes what came before it.
+func Mark(dev string, c *MarkConfig) (err error) {
+	idx, err := CheckMarkDevice(dev)
+	if err != nil {
+		return err
+	}
+	ns, err := netnsName()
+	if err != nil {
+		return err
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("remove memlock limit: %w", err)
+	}
+	objs, err := openMarker(c.Spec())
+	if err != nil {
+		return err
+	}
+	defer objs.Close()
+	defer func() {
+		if err != nil {
+			_ = pin.Remove(markPin(ns, dev)...)
+		}
+	}()
+	tl, err := link.AttachTCX(link.TCXOptions{Interface: idx, Program: objs.AltmarkMark, Attach: ebpf.AttachTCXEgress, Anchor: link.Head()})
+	if err != nil {
+		return fmt.Errorf("attach marker to %s egress: %w", dev, err)
+	}
+	defer tl.Close() // the pin keeps it attached
+	dir, err := pin.Dir(markPin(ns, dev)...)
+	if err != nil {
+		return err
+	}
+	for name, pinner := range map[string]interface{ Pin(string) error }{"stats": objs.MarkStats, "flows": objs.MarkFlows, "link": tl} {
+		if err := pinner.Pin(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("pin %s: %w", name, err)
+		}
+	}
+	return runstate.Save(markSubsystem, markRecordName(ns, dev), &MarkRecord{Dev: dev, Netns: ns, Config: *c})
+}
+
+// RemoveMark detaches the marker from dev in this network namespace; os.ErrNotExist if there
+// is none.
+func RemoveMark(dev string) error {
+	ns, err := netnsName()
+	if err != nil {
+		return err
+	}
+	dir := pin.Path(markPin(ns, dev)...)
+	_, statErr := os.Stat(dir)
+	found := statErr == nil
+	var errs []error
+	if tl, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); err == nil {
+		errs = append(errs, tl.Unpin())
+		tl.Close() // the last reference: detached
+	}
+	if _, err := os.Stat(runstate.Path(markSubsystem, markRecordName(ns, dev))); err == nil {
+		found = true
+	}
+	if !found {
+		return os.ErrNotExist
+	}
+	errs = append(errs, pin.Remove(markPin(ns, dev)...), runstate.Remove(markSubsystem, markRecordName(ns, dev)))
+	return errors.Join(errs...)
+}
+
+// ReadMarkStatus reads every marker of this network namespace.
+func ReadMarkStatus() ([]MarkStatus, error) {
+	ns, err := netnsName()
+	if err != nil {
+		return nil, err
+	}
+	names, err := runstate.Names(markSubsystem)
+	if err != nil {
+		return nil, err
+	}
+	out := []MarkStatus{}
+	slices.Sort(names)
+	for _, n := range names {
+		if !strings.HasPrefix(n, ns+"-") {
+			continue
+		}
+		var st MarkStatus
+		if err := runstate.Load(markSubsystem, n, &st.MarkRecord); err != nil {
+			return nil, err
+		}
+		dir := pin.Path(markPin(ns, st.Dev)...)
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "stats"), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			return nil, fmt.Errorf("marker on %s: open counters: %w", st.Dev, err)
+		}
+		st.Counters, err = markCounters(m)
+		m.Close()
+		if err != nil {
+			return nil, err
+		}
+		if fm, err := ebpf.LoadPinnedMap(filepath.Join(dir, "flows"), &ebpf.LoadPinOptions{ReadOnly: true}); err == nil {
+			var k markerMarkFlowKey
+			it := fm.Iterate()
+			for it.Next(&k, new(markerMarkFlow)) {
+				st.Flows++
+			}
+			fm.Close()
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// markCounters sums the per-CPU counters of a marker's stats map by name.
+func markCounters(m *ebpf.Map) (map[string]uint64, error) {
+	c := make(map[string]uint64, len(markCounterNames))
+	for i, name := range markCounterNames {
+		n, err := stats.Sum(m, uint32(i))
+		if err != nil {
+			return nil, err
+		}
+		c[name] = n
+	}
+	return c, nil
 }
