@@ -1,15 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* mark.h: what the altmark marker (marker.bpf.c) shares with Go (bpf2go -type): its carriers,
- * counter reasons, per-flow state and prefix keys. */
+/* mark.h: what the altmark marker (marker.bpf.c) shares with Go (bpf2go -type): its counter
+ * reasons, per-flow state and prefix keys. The carriers (enum am_carrier) are in altmark.h. */
 #ifndef FLOWPLANE_ALTMARK_MARK_H
 #define FLOWPLANE_ALTMARK_MARK_H
-
-/* The carrier the marker writes; one per marker (volatile const carrier). */
-enum mark_carrier {
-	MARK_CARRIER_DSCP = 0,	       /* two DSCP bits: color, delay (IPv4 and IPv6) */
-	MARK_CARRIER_IPV4_FLAG = 1,    /* the IPv4 reserved flag bit: color only */
-	MARK_CARRIER_IPV6_ALTMARK = 2, /* the RFC 9343 AltMark option: FlowMonID, L, D */
-};
 
 /* Per-CPU counters of the marker: what happened to each packet it saw. Every packet counts once
  * in MARK_SEEN and once in exactly one of the outcomes from MARK_MARKED on; MARK_COLOR0/1,

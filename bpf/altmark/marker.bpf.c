@@ -10,37 +10,30 @@
  *   ipv6-altmark  the RFC 9343 AltMark option (type 0x12, data length 4: FlowMonID 20 bits,
  *                 L, D, 10 reserved bits): updated in place where the packet has one, else an
  *                 8-byte Destination Options (default) or Hop-by-Hop header inserted right
- *                 after the IPv6 header (see insert_altmark for the positions handled).
+ *                 after the IPv6 header (insert_altmark lists the positions handled).
  *
  * Double marking (RFC 9341 §3.2.2): the delay bit / D flag goes on the first double_packets
  * packets of each flow in each period that leave in the central half of the period, far from
  * the color changes. The marker never drops: what it cannot mark it passes and counts. */
 #include "common.h"
-#include "parse.h"
 #include "stats.h"
+#include "carrier.h"
 #include "mark.h"
 
-#define ALTMARK_OPT_TYPE 0x12  /* RFC 9343 §5: the AltMark option, both option headers */
-#define ALTMARK_OPT_LEN	 4     /* option data: FlowMonID(20) L(1) D(1) reserved(10) */
-#define ALTMARK_HDR_LEN	 8     /* next header, length 0, option type, length, 4 data bytes */
-#define ALTMARK_L	 0x800 /* in the option data as a host-order 32-bit word */
-#define ALTMARK_D	 0x400
-#define FLOWMON_SHIFT	 12
-#define MARK_OPTS_MAX	 16  /* options looked through in one options header */
-#define MARK_PULL	 256 /* bytes made linear before parsing */
-#define IPV4_RESERVED	 0x8000
-#define IPV6_TC_SHIFT	 4 /* traffic class: bits 4-11 of the first 16-bit word */
+/* carrier.h has the carriers' constants and the parser; these are the marker's own. */
+#define ALTMARK_HDR_LEN 8 /* next header, length 0, AltMark option (type, length, 4 bytes) */
+#define IPV6_TC_SHIFT	4 /* traffic class: bits 4-11 of the first 16-bit word */
 
 /* Configuration, set from Go before load. */
 volatile const __u64 period_ns = 1000000000; /* L */
 volatile const __u32 start_color = 0;
-volatile const __u32 carrier = MARK_CARRIER_DSCP;
-volatile const __u8 color_mask = 0x04; /* dscp: the TOS/traffic-class bit of the color */
-volatile const __u8 delay_mask = 0x08; /* dscp: the bit of the delay mark */
-volatile const __u32 hop_by_hop = 0;   /* ipv6-altmark: insert Hop-by-Hop, not Dest. Options */
-volatile const __u32 mtu = 0;	       /* ipv6-altmark: L3 MTU; 0 = the device's (bpf_check_mtu) */
-volatile const __u32 flowmon_id = 0;   /* fixed FlowMonID (per_flow_id = 0) */
-volatile const __u32 per_flow_id = 0;  /* allocate FlowMonIDs per flow from flowmon_first */
+volatile const __u32 carrier = AM_CARRIER_DSCP; /* enum am_carrier */
+volatile const __u8 color_mask = 0x04;		/* dscp: the TOS/traffic-class bit of the color */
+volatile const __u8 delay_mask = 0x08;		/* dscp: the bit of the delay mark */
+volatile const __u32 hop_by_hop = 0;  /* ipv6-altmark: insert Hop-by-Hop, not Dest. Options */
+volatile const __u32 mtu = 0;	      /* ipv6-altmark: L3 MTU; 0 = the device's (bpf_check_mtu) */
+volatile const __u32 flowmon_id = 0;  /* fixed FlowMonID (per_flow_id = 0) */
+volatile const __u32 per_flow_id = 0; /* allocate FlowMonIDs per flow from flowmon_first */
 volatile const __u32 flowmon_first = 1;
 volatile const __u32 flowmon_count = 0xfffff; /* IDs flowmon_first … +count-1 */
 volatile const __u32 double_packets = 0;      /* per flow and period; 0 = no double marking */
@@ -98,17 +91,7 @@ struct {
 /* key = enum mark_reason, value = per-CPU count */
 FP_COUNTERS(mark_stats, enum mark_reason, MARK_REASON_MAX);
 
-const enum mark_carrier *unused_carrier __attribute__((unused)); /* keep the enums in BTF */
-
-/* What parsing found beyond the fixed IP header. */
-struct l3info {
-	__u32 upper_off; /* offset of the upper-layer header */
-	__u32 altmark;	 /* offset of an AltMark option's type byte; 0: none */
-	__u8 upper;	 /* upper-layer protocol */
-	__u8 ext;	 /* IPv6: the packet has extension headers */
-	__u8 auth;	 /* IPv6: one of them is AH */
-	__u8 later_frag; /* a non-first fragment: no ports */
-};
+const enum am_carrier *unused_carrier __attribute__((unused)); /* keep the enums in BTF */
 
 static __always_inline int in_prefixes(void *map, const __u8 addr[16])
 {
@@ -126,100 +109,11 @@ static __always_inline void map4(__u8 dst[16], __be32 a)
 	__builtin_memcpy(dst + 12, &a, 4);
 }
 
-/* find_altmark returns the offset of the AltMark option in the options header (Hop-by-Hop or
- * Destination Options) at off of len bytes, 0 when it has none among its first MARK_OPTS_MAX
- * options, -1 when the options overrun the header or an AltMark has the wrong length. */
-static __always_inline int find_altmark(struct __sk_buff *skb, __u32 off, __u32 len)
+/* is_ext is true for the IPv6 extension headers carrier.h walks. */
+static __always_inline int is_ext(__u8 next)
 {
-	__u32 p = off + 2, stop = off + len;
-	__u8 tl[2];
-
-	for (int i = 0; i < MARK_OPTS_MAX; i++) {
-		if (p >= stop)
-			return 0;
-		if (bpf_skb_load_bytes(skb, p, tl, 1) < 0)
-			return -1;
-		if (tl[0] == 0) { /* Pad1 */
-			p++;
-			continue;
-		}
-		if (p + 2 > stop || bpf_skb_load_bytes(skb, p, tl, 2) < 0)
-			return -1;
-		if (p + 2 + tl[1] > stop)
-			return -1;
-		if (tl[0] == ALTMARK_OPT_TYPE)
-			return tl[1] == ALTMARK_OPT_LEN ? (int)p : -1;
-		p += 2 + tl[1];
-	}
-	return 0;
-}
-
-/* scan_ipv6 walks the extension headers from off (next = the IPv6 next header): the first
- * AltMark option in a Hop-by-Hop or Destination Options header, the upper layer. -1: malformed
- * (truncated, Hop-by-Hop not first), -2: more headers than FP_IPV6_EXT_MAX. */
-static __always_inline int scan_ipv6(struct __sk_buff *skb, __u32 off, __u8 next, struct l3info *li)
-{
-	for (int i = 0; i < FP_IPV6_EXT_MAX; i++) {
-		struct ipv6_opt_hdr_ oh;
-		struct frag_hdr_ fh;
-		__u32 len;
-		int a;
-
-		switch (next) {
-		case NEXTHDR_HOP:
-		case NEXTHDR_DEST:
-		case NEXTHDR_ROUTING:
-		case NEXTHDR_AUTH:
-			if (next == NEXTHDR_HOP && i != 0)
-				return -1; /* RFC 8200 §4.3: only right after the IPv6 header */
-			if (bpf_skb_load_bytes(skb, off, &oh, sizeof(oh)) < 0)
-				return -1;
-			len = ipv6_opt_len(next, oh.hdrlen);
-			if ((next == NEXTHDR_HOP || next == NEXTHDR_DEST) && !li->altmark) {
-				a = find_altmark(skb, off, len);
-				if (a < 0)
-					return -1;
-				li->altmark = a;
-			}
-			if (next == NEXTHDR_AUTH)
-				li->auth = 1;
-			li->ext = 1;
-			off += len;
-			next = oh.nexthdr;
-			break;
-		case NEXTHDR_FRAGMENT:
-			if (bpf_skb_load_bytes(skb, off, &fh, sizeof(fh)) < 0)
-				return -1;
-			if (fh.frag_off & bpf_htons(0xfff8))
-				li->later_frag = 1;
-			li->ext = 1;
-			off += sizeof(fh);
-			next = fh.nexthdr;
-			break;
-		default:
-			li->upper = next;
-			li->upper_off = off;
-			return 0;
-		}
-	}
-	return -2;
-}
-
-/* load_ports fills the flow key's ports for TCP, UDP and SCTP (first fragments only). */
-static __always_inline int load_ports(struct __sk_buff *skb, struct l3info *li,
-				      struct mark_flow_key *k)
-{
-	__be16 ports[2];
-
-	if (li->later_frag)
-		return 0;
-	if (li->upper != IPPROTO_TCP && li->upper != IPPROTO_UDP && li->upper != IPPROTO_SCTP)
-		return 0;
-	if (bpf_skb_load_bytes(skb, li->upper_off, ports, sizeof(ports)) < 0)
-		return -1;
-	k->sport = ports[0];
-	k->dport = ports[1];
-	return 0;
+	return next == NEXTHDR_HOP || next == NEXTHDR_DEST || next == NEXTHDR_ROUTING ||
+	       next == NEXTHDR_AUTH || next == NEXTHDR_FRAGMENT;
 }
 
 static __always_inline int selected(const struct mark_flow_key *k)
@@ -264,15 +158,17 @@ static __always_inline struct mark_flow *flow_state(const struct mark_flow_key *
 }
 
 /* insert_altmark adds an 8-byte Destination Options (or Hop-by-Hop) header holding only the
- * AltMark option right after the IPv6 header at nh. Positions handled: Destination Options
- * only when the IPv6 header is followed directly by the upper layer (so there is no routing
- * header, and the new header is the one RFC 8200 puts before the upper layer); Hop-by-Hop
- * whenever the packet has no Hop-by-Hop header yet (it becomes the first, as RFC 8200 wants)
- * and no AH (whose ICV covers the option). The caller has checked both. */
+ * AltMark option right after the IPv6 header at nh. The caller inserts only into packets whose
+ * IPv6 header is followed directly by the upper layer (TCP, UDP, ICMPv6, ESP, …): the new header
+ * is then the only extension header, so a Hop-by-Hop header is first (RFC 8200 §4.1) and a
+ * Destination Options header is the one before the upper layer with no routing header before
+ * it; there is no AH whose ICV would cover the option. A packet with extension headers and no
+ * AltMark option where carrier.h looks (first header, or Destination Options right after
+ * Hop-by-Hop) is passed unmarked (MARK_NO_POSITION). */
 static __always_inline enum mark_reason insert_altmark(struct __sk_buff *skb, __u32 nh, __u8 next,
 						       __u16 plen, __be32 data)
 {
-	__u8 hdr[ALTMARK_HDR_LEN] = {next, 0, ALTMARK_OPT_TYPE, ALTMARK_OPT_LEN};
+	__u8 hdr[ALTMARK_HDR_LEN] = {next, 0, AM_OPT_TYPE, AM_OPT_DATA_LEN};
 	__u8 nexthdr = hop_by_hop ? NEXTHDR_HOP : NEXTHDR_DEST;
 	__be16 nplen = bpf_htons(plen + ALTMARK_HDR_LEN);
 	__u32 lim = 0;
@@ -307,68 +203,52 @@ SEC("tcx/egress")
 int altmark_mark(struct __sk_buff *skb)
 {
 	struct mark_flow_key key = {};
-	struct l3info li = {};
-	struct hdr_cursor c;
-	struct ethhdr *eth;
 	struct mark_flow *f = NULL;
+	struct am_pkt p;
 	void *data, *end;
 	__u64 now, period, pos;
 	__u32 color, delay = 0, id = flowmon_id, nh;
-	int proto, v6;
+	int r;
 
 	fp_count(&mark_stats, MARK_SEEN);
 	data = (void *)(long)skb->data;
 	end = (void *)(long)skb->data_end;
-	if (end - data < MARK_PULL && skb->len > end - data) {
-		bpf_skb_pull_data(skb, skb->len < MARK_PULL ? skb->len : MARK_PULL);
+	if (end - data < AM_PULL_LEN && skb->len > end - data) {
+		bpf_skb_pull_data(skb, skb->len < AM_PULL_LEN ? skb->len : AM_PULL_LEN);
 		data = (void *)(long)skb->data;
 		end = (void *)(long)skb->data_end;
 	}
-	c.pos = data;
-	c.end = end;
-	proto = parse_ethhdr(&c, &eth);
-	if (proto < 0)
+	r = am_parse(data, end, skb->len, &p);
+	if (r == AM_STAT_NOT_IP)
+		return unmarked(MARK_NOT_IP);
+	if (r)
 		return unmarked(MARK_MALFORMED);
-	nh = c.pos - data;
-	if (proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *iph;
-		int l4 = parse_iphdr(&c, &iph);
+	nh = p.l3_off;
+	if (p.family == 4) {
+		struct iphdr *iph = p.l3;
 
-		if (l4 < 0 || bpf_ntohs(iph->tot_len) < iph->ihl * 4 ||
-		    bpf_ntohs(iph->tot_len) > skb->len - nh)
+		if ((void *)(iph + 1) > end)
 			return unmarked(MARK_MALFORMED);
-		v6 = 0;
-		li.upper = l4;
-		li.upper_off = c.pos - data;
-		li.later_frag = (iph->frag_off & bpf_htons(IP_OFFSET)) != 0;
 		map4(key.saddr, iph->saddr);
 		map4(key.daddr, iph->daddr);
-	} else if (proto == bpf_htons(ETH_P_IPV6)) {
-		struct ipv6hdr *ip6 = c.pos;
-		int r;
+	} else {
+		struct ipv6hdr *ip6 = p.l3;
 
-		if ((void *)(ip6 + 1) > end || ip6->version != 6 || ip6->payload_len == 0 ||
-		    bpf_ntohs(ip6->payload_len) > skb->len - nh - sizeof(*ip6))
-			return unmarked(MARK_MALFORMED); /* truncated, or a jumbogram */
-		v6 = 1;
+		if ((void *)(ip6 + 1) > end)
+			return unmarked(MARK_MALFORMED);
 		__builtin_memcpy(key.saddr, &ip6->saddr, 16);
 		__builtin_memcpy(key.daddr, &ip6->daddr, 16);
-		r = scan_ipv6(skb, nh + sizeof(*ip6), ip6->nexthdr, &li);
-		if (r == -2)
-			return unmarked(MARK_NO_POSITION);
-		if (r < 0)
-			return unmarked(MARK_MALFORMED);
-	} else {
-		return unmarked(MARK_NOT_IP);
 	}
-	key.proto = li.upper;
-	if (load_ports(skb, &li, &key) < 0)
-		return unmarked(MARK_MALFORMED);
+	key.proto = p.proto;
+	if (p.has_ports) {
+		key.sport = bpf_htons(p.sport);
+		key.dport = bpf_htons(p.dport);
+	}
 	if (!selected(&key))
 		return unmarked(MARK_NOT_SELECTED);
-	if (carrier == MARK_CARRIER_IPV4_FLAG && v6)
+	if (carrier == AM_CARRIER_IPV4_FLAG && p.family != 4)
 		return unmarked(MARK_WRONG_FAMILY);
-	if (carrier == MARK_CARRIER_IPV6_ALTMARK && !v6)
+	if (carrier == AM_CARRIER_IPV6_ALTMARK && p.family != 6)
 		return unmarked(MARK_WRONG_FAMILY);
 	if (sel_backbone &&
 	    (in_prefixes(&mark_backbone, key.saddr) || in_prefixes(&mark_backbone, key.daddr)))
@@ -395,50 +275,60 @@ int altmark_mark(struct __sk_buff *skb)
 		delay = __sync_fetch_and_add(&f->delay_marked, 1) < double_packets;
 	}
 
-	/* Direct packet pointers die with the helpers above: reload. */
-	data = (void *)(long)skb->data;
-	end = (void *)(long)skb->data_end;
-	if (nh > 64 || data + nh + sizeof(struct ipv6hdr) > end)
-		return unmarked(MARK_MALFORMED);
-
-	if (carrier == MARK_CARRIER_DSCP) {
+	if (carrier == AM_CARRIER_DSCP) {
 		__u8 set = (color ? color_mask : 0) | (delay ? delay_mask : 0);
 		__u8 clear = color_mask | delay_mask;
 
-		if (!v6) {
-			struct iphdr *iph = data + nh;
-			__u8 *vihl = (__u8 *)iph, tos = (iph->tos & ~clear) | set;
-			__be16 old = bpf_htons(*vihl << 8 | iph->tos), new = bpf_htons(*vihl << 8 | tos);
+		if (p.family == 4) {
+			struct iphdr *iph = p.l3;
+			__u8 *vihl, tos;
+			__be16 old, new;
 
+			if ((void *)(iph + 1) > end)
+				return unmarked(MARK_MALFORMED);
+			vihl = (__u8 *)iph;
+			tos = (iph->tos & ~clear) | set;
+			old = bpf_htons(*vihl << 8 | iph->tos);
+			new = bpf_htons(*vihl << 8 | tos);
 			iph->tos = tos;
 			bpf_l3_csum_replace(skb, nh + offsetof(struct iphdr, check), old, new, 2);
 		} else {
-			__be16 *w = data + nh;
-			__u16 old = bpf_ntohs(*w), tc = (old >> IPV6_TC_SHIFT) & 0xff;
+			__be16 *w = p.l3;
+			__u16 old, tc;
 
-			tc = (tc & ~clear) | set;
+			if ((void *)(w + 1) > end)
+				return unmarked(MARK_MALFORMED);
+			old = bpf_ntohs(*w);
+			tc = (((old >> IPV6_TC_SHIFT) & 0xff) & ~clear) | set;
 			*w = bpf_htons((old & 0xf00f) | (tc << IPV6_TC_SHIFT));
 		}
-	} else if (carrier == MARK_CARRIER_IPV4_FLAG) {
-		struct iphdr *iph = data + nh;
-		__be16 old = iph->frag_off, new;
+	} else if (carrier == AM_CARRIER_IPV4_FLAG) {
+		struct iphdr *iph = p.l3;
+		__be16 old, new;
 
-		new = color ? old | bpf_htons(IPV4_RESERVED) : old & ~bpf_htons(IPV4_RESERVED);
+		if ((void *)(iph + 1) > end)
+			return unmarked(MARK_MALFORMED);
+		old = iph->frag_off;
+		new =
+		    color ? old | bpf_htons(AM_IPV4_RESERVED) : old & ~bpf_htons(AM_IPV4_RESERVED);
 		iph->frag_off = new;
 		bpf_l3_csum_replace(skb, nh + offsetof(struct iphdr, check), old, new, 2);
 	} else {
-		struct ipv6hdr *ip6 = data + nh;
-		__u32 word = ((id & 0xfffff) << FLOWMON_SHIFT) | (color ? ALTMARK_L : 0) |
-			     (delay ? ALTMARK_D : 0);
+		struct ipv6hdr *ip6 = p.l3;
+		__u32 word = ((id & AM_FLOWMON_MAX) << AM_FLOWMON_SHIFT) | (color << AM_L_SHIFT) |
+			     (delay << AM_D_SHIFT);
 		__be32 be = bpf_htonl(word);
-		enum mark_reason r;
 
-		if (li.altmark) {
-			if (bpf_skb_store_bytes(skb, li.altmark + 2, &be, 4, 0))
+		if ((void *)(ip6 + 1) > end)
+			return unmarked(MARK_MALFORMED);
+		if (p.opt) {
+			/* where carrier.h finds it: first extension header, or a Destination
+			 * Options header right after a Hop-by-Hop one */
+			if (bpf_skb_store_bytes(skb, p.opt_off + 2, &be, 4, 0))
 				return unmarked(MARK_MALFORMED);
 			fp_count(&mark_stats, MARK_UPDATED);
 		} else {
-			if (hop_by_hop ? ip6->nexthdr == NEXTHDR_HOP || li.auth : li.ext)
+			if (is_ext(ip6->nexthdr))
 				return unmarked(MARK_NO_POSITION);
 			r = insert_altmark(skb, nh, ip6->nexthdr, bpf_ntohs(ip6->payload_len), be);
 			if (r != MARK_INSERTED)

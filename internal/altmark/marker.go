@@ -41,14 +41,14 @@ type MarkStatus struct {
 var markCounterNames = []string{"seen", "color0", "color1", "double", "inserted", "updated", "flow_full",
 	"marked", "not_ip", "not_selected", "backbone", "wrong_family", "malformed", "too_big", "no_position", "adjust_failed"}
 
-func carrierCode(s string) markerMarkCarrier {
+func carrierCode(s string) markerAmCarrier {
 	switch s {
 	case carrierIPv4Flag:
-		return markerMarkCarrierMARK_CARRIER_IPV4FLAG
+		return markerAmCarrierAM_CARRIER_IPV4FLAG
 	case carrierIPv6AltMrk:
-		return markerMarkCarrierMARK_CARRIER_IPV6ALTMARK
+		return markerAmCarrierAM_CARRIER_IPV6ALTMARK
 	}
-	return markerMarkCarrierMARK_CARRIER_DSCP
+	return markerAmCarrierAM_CARRIER_DSCP
 }
 
 func boolU32(b bool) uint32 {
