@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"slices"
 	"testing"
 	"time"
 
@@ -23,12 +24,12 @@ import (
 // retries otherwise. Nothing here asserts a timing.
 
 const (
-	eth    = 14
-	src4   = "198.18.0.1"
-	dst4   = "198.18.1.2"
-	src6   = "fd00:0:0:1::1"
-	dst6   = "fd00:0:0:2::2"
-	testL  = 20 * time.Millisecond
+	eth   = 14
+	src4  = "198.18.0.1"
+	dst4  = "198.18.1.2"
+	src6  = "fd00:0:0:1::1"
+	dst6  = "fd00:0:0:2::2"
+	testL = 20 * time.Millisecond
 )
 
 // loadMark loads the marker for a configuration file's text (nothing attached).
@@ -328,6 +329,240 @@ func TestMarkAltMarkInsert(t *testing.T) {
 			})
 			n := counter(t, objs, markerMarkReasonMARK_SEEN)
 			wantCounters(t, objs, map[markerMarkReason]uint64{markerMarkReasonMARK_INSERTED: n, markerMarkReasonMARK_MARKED: n})
+		})
+	}
+}
+
+func TestMarkAltMarkInPlace(t *testing.T) {
+	t.Parallel()
+	objs, c := loadMark(t, "carrier: ipv6-altmark\nperiod: 20ms\nflowmon_id: 77\n")
+	old := altmarkOpt(0xfffff, false, true) // someone else's ID and D flag: overwritten
+	exp := []byte{0x1e, 2, 0xaa, 0xbb}      // RFC 4727 experimental option: skipped
+	padN := []byte{1, 0}
+	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
+	for _, tc := range []struct {
+		name  string
+		build func(opt []byte) *packet.Builder
+	}{
+		{"destination options with padding and another option", func(opt []byte) *packet.Builder {
+			return packet.IP(src6, dst6).IPv6Ext(layers.IPProtocolIPv6Destination, cat(exp, padN, opt)).TCP(40000, 80, "A")
+		}},
+		{"hop-by-hop", func(opt []byte) *packet.Builder {
+			return packet.IP(src6, dst6).IPv6Ext(layers.IPProtocolIPv6HopByHop, cat(padN, opt)).UDP(40000, 5000)
+		}},
+		{"destination options after hop-by-hop", func(opt []byte) *packet.Builder {
+			return packet.IP(src6, dst6).IPv6Ext(layers.IPProtocolIPv6HopByHop, []byte{1, 4, 0, 0, 0, 0}).
+				IPv6Ext(layers.IPProtocolIPv6Destination, cat(opt, exp)).UDP(40000, 5000)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.build(old).Payload([]byte("payload")).Bytes()
+			bothColors(t, objs.AltmarkMark, in, c, func(t *testing.T, r markRun) {
+				sameBytes(t, r.out, tc.build(altmarkOpt(77, r.color == 1, false)).Payload([]byte("payload")).Bytes())
+				checksumsValid(t, r.out, gopacket.LayerTypePayload)
+			})
+		})
+	}
+	if n := counter(t, objs, markerMarkReasonMARK_SEEN); counter(t, objs, markerMarkReasonMARK_UPDATED) != n || counter(t, objs, markerMarkReasonMARK_MARKED) != n {
+		t.Errorf("updated %d, marked %d of %d", counter(t, objs, markerMarkReasonMARK_UPDATED), counter(t, objs, markerMarkReasonMARK_MARKED), n)
+	}
+}
+
+// TestMarkPassedUnchanged: what the marker cannot or must not mark leaves as it came, counted
+// by reason.
+func TestMarkPassedUnchanged(t *testing.T) {
+	t.Parallel()
+	udp6 := func() *packet.Builder { return packet.IP(src6, dst6).UDP(40000, 5000) }
+	patch := func(f []byte, off int, b ...byte) []byte { f = bytes.Clone(f); copy(f[off:], b); return f }
+	arp := append(append([]byte{}, packet.DstMAC...), packet.SrcMAC...)
+	arp = append(arp, 0x08, 0x06)
+	arp = append(arp, make([]byte, 28)...)
+	big := func(n int) []byte { return udp6().Payload(make([]byte, n)).Bytes() }
+	v4 := packet.IP(src4, dst4).UDP(40000, 5000).Payload([]byte("x")).Bytes()
+	v6 := udp6().Payload([]byte("abcdefgh")).Bytes()
+	for _, tc := range []struct {
+		name, cfg string
+		in        []byte
+		why       markerMarkReason
+	}{
+		{"not ip", "carrier: dscp", arp, markerMarkReasonMARK_NOT_IP},
+		{"ipv4 options beyond the frame", "carrier: dscp", patch(v4, eth, 0x4f), markerMarkReasonMARK_MALFORMED},
+		{"ipv4 ihl 4", "carrier: dscp", patch(v4, eth, 0x44), markerMarkReasonMARK_MALFORMED},
+		{"ipv4 total length beyond the frame", "carrier: dscp", patch(v4, eth+2, 0x05, 0xdc), markerMarkReasonMARK_MALFORMED},
+		{"ipv6 payload length beyond the frame", "carrier: ipv6-altmark", patch(v6, eth+4, 0x01, 0x00), markerMarkReasonMARK_MALFORMED},
+		{"ipv6 header of version 5", "carrier: ipv6-altmark", patch(v6, eth, 0x50), markerMarkReasonMARK_MALFORMED},
+		{"ipv6 jumbogram", "carrier: dscp", patch(v6, eth+4, 0, 0), markerMarkReasonMARK_MALFORMED},
+		{"udp header truncated", "carrier: ipv6-altmark", patch(v6[:eth+40+4], eth+4, 0, 4), markerMarkReasonMARK_MALFORMED},
+		{"altmark option of length 2", "carrier: ipv6-altmark",
+			packet.IP(src6, dst6).IPv6Ext(layers.IPProtocolIPv6Destination, []byte{0x12, 2, 0, 0}).UDP(1, 2).Bytes(), markerMarkReasonMARK_MALFORMED},
+		{"option overruns its header", "carrier: ipv6-altmark",
+			packet.IP(src6, dst6).IPv6Ext(layers.IPProtocolIPv6Destination, []byte{0x1e, 9, 0, 0}).UDP(1, 2).Bytes(), markerMarkReasonMARK_MALFORMED},
+		{"extension header beyond the payload", "carrier: ipv6-altmark",
+			patch(packet.IP(src6, dst6).IPv6Ext(layers.IPProtocolIPv6Destination, []byte{1, 4, 0, 0, 0, 0}).UDP(1, 2).Bytes(), eth+41, 3), markerMarkReasonMARK_MALFORMED},
+		{"routing header, no altmark", "carrier: ipv6-altmark",
+			packet.IP(src6, dst6).IPv6Ext(layers.IPProtocolIPv6Routing, []byte{4, 0, 0, 0, 0, 0}).UDP(1, 2).Bytes(), markerMarkReasonMARK_NO_POSITION},
+		{"hop-by-hop without altmark", "carrier: ipv6-altmark\nheader: hop-by-hop",
+			packet.IP(src6, dst6).IPv6Ext(layers.IPProtocolIPv6HopByHop, []byte{1, 4, 0, 0, 0, 0}).UDP(1, 2).Bytes(), markerMarkReasonMARK_NO_POSITION},
+		{"fragment", "carrier: ipv6-altmark",
+			packet.IP(src6, dst6).IPv6Ext(layers.IPProtocolIPv6Fragment, []byte{0, 1, 0, 0, 0, 1}).UDP(1, 2).Bytes(), markerMarkReasonMARK_NO_POSITION},
+		{"altmark after a routing header", "carrier: ipv6-altmark",
+			packet.IP(src6, dst6).IPv6Ext(layers.IPProtocolIPv6Routing, []byte{4, 0, 0, 0, 0, 0}).
+				IPv6Ext(layers.IPProtocolIPv6Destination, altmarkOpt(5, true, false)).UDP(1, 2).Bytes(), markerMarkReasonMARK_NO_POSITION},
+		{"ipv4 under ipv6-altmark", "carrier: ipv6-altmark", v4, markerMarkReasonMARK_WRONG_FAMILY},
+		{"ipv6 under ipv4-flag", "carrier: ipv4-flag", v6, markerMarkReasonMARK_WRONG_FAMILY},
+		// L3 length 1276 + 8 > 1280.
+		{"altmark beyond the mtu", "carrier: ipv6-altmark\nmtu: 1280", big(1276 - 48), markerMarkReasonMARK_TOO_BIG},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			objs, c := loadMark(t, tc.cfg+"\nperiod: 20ms\n")
+			r := runKnown(t, objs.AltmarkMark, tc.in, c)
+			if int32(r.ret) != -1 { // TCX_NEXT: never a drop
+				t.Errorf("verdict %d, want TCX_NEXT", int32(r.ret))
+			}
+			sameBytes(t, r.out, tc.in)
+			wantCounters(t, objs, map[markerMarkReason]uint64{tc.why: 1, markerMarkReasonMARK_SEEN: 1, markerMarkReasonMARK_MARKED: 0})
+		})
+	}
+	// Exactly at the MTU: inserted.
+	objs, c := loadMark(t, "carrier: ipv6-altmark\nmtu: 1280\nperiod: 20ms\n")
+	r := runKnown(t, objs.AltmarkMark, big(1272-48), c)
+	if len(r.out) != len(big(1272-48))+8 {
+		t.Errorf("a packet of 1272 bytes under MTU 1280: %d bytes out", len(r.out)-eth)
+	}
+	wantCounters(t, objs, map[markerMarkReason]uint64{markerMarkReasonMARK_INSERTED: 1, markerMarkReasonMARK_TOO_BIG: 0})
+}
+
+func TestMarkSelection(t *testing.T) {
+	t.Parallel()
+	objs, c := loadMark(t, `carrier: dscp
+period: 20ms
+select:
+  dst: [198.18.1.0/24, "fd00:0:0:2::/64"]
+  protocols: [udp, sctp]
+  dst_port: 5000-5010
+`)
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want bool
+	}{
+		{"ipv4 udp in", packet.IP(src4, dst4).UDP(1, 5000).Bytes(), true},
+		{"ipv6 udp in", packet.IP(src6, dst6).UDP(1, 5010).Bytes(), true},
+		{"other destination", packet.IP(src4, "198.18.2.1").UDP(1, 5000).Bytes(), false},
+		{"other ipv6 destination", packet.IP(src6, "fd00:0:0:3::1").UDP(1, 5000).Bytes(), false},
+		{"tcp", packet.IP(src4, dst4).TCP(1, 5000, "S").Bytes(), false},
+		{"port out of range", packet.IP(src6, dst6).UDP(1, 5011).Bytes(), false},
+		{"icmp has no port", packet.IP(src4, dst4).Echo(1, 1, false).Bytes(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := counter(t, objs, markerMarkReasonMARK_MARKED)
+			runKnown(t, objs.AltmarkMark, tc.in, c)
+			if got := counter(t, objs, markerMarkReasonMARK_MARKED) > before; got != tc.want {
+				t.Errorf("marked %v, want %v", got, tc.want)
+			}
+		})
+	}
+	wantCounters(t, objs, map[markerMarkReason]uint64{markerMarkReasonMARK_NOT_SELECTED: 5})
+}
+
+// flowmonOf is the FlowMonID of the AltMark option the marker inserted into a plain packet.
+func flowmonOf(t *testing.T, out []byte) (id uint32, l, d bool) {
+	t.Helper()
+	if len(out) < eth+48 || out[eth+40+2] != 0x12 || out[eth+40+3] != 4 {
+		t.Fatalf("no AltMark option after the IPv6 header:\n%s", hex.Dump(out))
+	}
+	w := binary.BigEndian.Uint32(out[eth+44:])
+	return w >> 12, w&(1<<11) != 0, w&(1<<10) != 0
+}
+
+func TestMarkFlowMonIDPerFlow(t *testing.T) {
+	t.Parallel()
+	objs, c := loadMark(t, "carrier: ipv6-altmark\nperiod: 20ms\nflowmon_id: per-flow\nflowmon_range: 100-102\n")
+	flow := func(sport uint16) []byte { return packet.IP(src6, dst6).UDP(sport, 5000).Bytes() }
+	ids := map[uint32]uint16{}
+	for sport := uint16(1); sport <= 3; sport++ {
+		id, _, _ := flowmonOf(t, runKnown(t, objs.AltmarkMark, flow(sport), c).out)
+		if id < 100 || id > 102 {
+			t.Errorf("flow %d: FlowMonID %d outside 100-102", sport, id)
+		}
+		if o, dup := ids[id]; dup {
+			t.Errorf("flows %d and %d share FlowMonID %d", o, sport, id)
+		}
+		ids[id] = sport
+	}
+	for id, sport := range ids { // a flow keeps its ID
+		if again, _, _ := flowmonOf(t, runKnown(t, objs.AltmarkMark, flow(sport), c).out); again != id {
+			t.Errorf("flow %d: FlowMonID %d, then %d", sport, id, again)
+		}
+	}
+	// A TCP flow with the same ports is another flow; the fourth flow of a 3-ID range reuses
+	// the first ID (documented: IDs are unique among flowmon_range's size consecutive flows).
+	id, _, _ := flowmonOf(t, runKnown(t, objs.AltmarkMark, packet.IP(src6, dst6).TCP(1, 5000, "S").Bytes(), c).out)
+	if id != 100 {
+		t.Errorf("the fourth flow got %d, want 100 (wrapped)", id)
+	}
+}
+
+// TestMarkDouble: the first N packets of each flow in the central half of a period carry the
+// delay mark, later ones and those near the color change do not.
+func TestMarkDouble(t *testing.T) {
+	t.Parallel()
+	const period = 200 * time.Millisecond
+	for _, tc := range []struct {
+		name, cfg string
+		in        func(sport uint16) []byte
+		delayed   func(t *testing.T, out []byte) bool
+	}{
+		{"ipv6-altmark D flag", "carrier: ipv6-altmark\nflowmon_id: 9\n", func(sport uint16) []byte { return packet.IP(src6, dst6).UDP(sport, 5000).Bytes() },
+			func(t *testing.T, out []byte) bool { _, _, d := flowmonOf(t, out); return d }},
+		{"dscp delay bit", "carrier: dscp\ndscp_bits: [0, 1]\n", func(sport uint16) []byte { return packet.IP(src4, dst4).UDP(sport, 5000).Bytes() },
+			func(t *testing.T, out []byte) bool {
+				checksumsValid(t, out, layers.LayerTypeUDP)
+				return out[eth+1]&0x08 != 0
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			objs, c := loadMark(t, tc.cfg+"period: 200ms\ndouble: {packets: 2}\n")
+			l := int64(period)
+			for attempt := 0; ; attempt++ {
+				if attempt == 20 {
+					t.Fatal("no sequence within the central half of one period in 20 tries")
+				}
+				// Wait for the central half of a period, then send 3 packets of flow 1 and 2
+				// of flow 2; one period and central half for all, or try again.
+				for p := tai() % l; p < l/4+l/20 || p > l/2; p = tai() % l {
+					time.Sleep(time.Duration(min(l/20, (l/4+l/20-p+l)%l+1)))
+				}
+				var runs []markRun
+				for _, sport := range []uint16{1, 1, 1, 2, 2} {
+					runs = append(runs, runKnown(t, objs.AltmarkMark, tc.in(sport), c))
+				}
+				ok := true
+				for _, r := range runs {
+					ok = ok && r.period == runs[0].period && r.pos >= l/4 && r.pos < l-l/4
+				}
+				if !ok {
+					continue
+				}
+				var got []bool
+				for _, r := range runs {
+					got = append(got, tc.delayed(t, r.out))
+				}
+				if want := []bool{true, true, false, true, true}; !slices.Equal(got, want) {
+					t.Fatalf("delay marks %v, want %v", got, want)
+				}
+				break
+			}
+			// Near the color change (first quarter of a period): no delay mark.
+			for p := tai() % l; p > l/8; p = tai() % l {
+				time.Sleep(time.Duration(min(l/20, l-p+1)))
+			}
+			r := runKnown(t, objs.AltmarkMark, tc.in(3), c)
+			if r.pos < l/4 && tc.delayed(t, r.out) {
+				t.Error("a packet in the first quarter of the period has the delay mark")
+			}
 		})
 	}
 }
