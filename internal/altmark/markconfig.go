@@ -18,20 +18,20 @@ import (
 // MarkConfig is the marker's configuration file (`altmark mark --config`). ParseMarkConfig
 // validates it; Spec turns it into what the BPF program needs.
 type MarkConfig struct {
-	File       string          `json:"file"`
-	Period     Duration        `json:"period"`
-	StartColor int             `json:"start_color"`
-	Carrier    string          `json:"carrier"`
-	DSCPBits   []int           `json:"dscp_bits,omitempty"` // dscp: color bit, delay bit (0-5)
-	Header     string          `json:"header,omitempty"`    // ipv6-altmark: destination or hop-by-hop
-	FlowMonID  *uint32         `json:"flowmon_id,omitempty"` // ipv6-altmark: fixed ID; nil = per flow
-	FlowMonMin uint32          `json:"flowmon_first,omitempty"`
-	FlowMonMax uint32          `json:"flowmon_last,omitempty"`
-	Double     int             `json:"double_packets"` // per flow and period; 0 = off
-	Select     MarkSelect      `json:"select"`
-	Backbone   []netip.Prefix  `json:"backbone,omitempty"`
-	MTU        int             `json:"mtu,omitempty"` // ipv6-altmark: 0 = the device's
-	Warnings   []string        `json:"-"`
+	File       string         `json:"file"`
+	Period     Duration       `json:"period"`
+	StartColor int            `json:"start_color"`
+	Carrier    string         `json:"carrier"`
+	DSCPBits   []int          `json:"dscp_bits,omitempty"`  // dscp: color bit, delay bit (0-5)
+	Header     string         `json:"header,omitempty"`     // ipv6-altmark: destination or hop-by-hop
+	FlowMonID  *uint32        `json:"flowmon_id,omitempty"` // ipv6-altmark: fixed ID; nil = per flow
+	FlowMonMin uint32         `json:"flowmon_first,omitempty"`
+	FlowMonMax uint32         `json:"flowmon_last,omitempty"`
+	Double     int            `json:"double_packets"` // per flow and period; 0 = off
+	Select     MarkSelect     `json:"select"`
+	Backbone   []netip.Prefix `json:"backbone,omitempty"`
+	MTU        int            `json:"mtu,omitempty"` // ipv6-altmark: 0 = the device's
+	Warnings   []string       `json:"-"`
 	ports      [2]match.PortRange
 	protos     []uint8
 	raw        map[string]bool // keys given
