@@ -19,7 +19,8 @@ import (
 // validates it; Spec turns it into what the BPF program needs.
 type MarkConfig struct {
 	File       string         `json:"file"`
-	Period     Duration       `json:"period"`
+	Period     Duration       `json:"-"`
+	PeriodMs   int64          `json:"period_ms"` // Period in records (Duration has no UnmarshalJSON)
 	StartColor int            `json:"start_color"`
 	Carrier    string         `json:"carrier"`
 	DSCPBits   []int          `json:"dscp_bits,omitempty"`  // dscp: color bit, delay bit (0-5)
@@ -86,7 +87,7 @@ func decodeMarkConfig(el *config.Collector, data []byte) *MarkConfig {
 	if root == nil {
 		return nil
 	}
-	c := &MarkConfig{Period: Duration(defaultPeriod), FlowMonMin: 1, FlowMonMax: flowmonMax, ports: [2]match.PortRange{match.AnyPort, match.AnyPort}, raw: map[string]bool{}}
+	c := &MarkConfig{Period: Duration(defaultPeriod), PeriodMs: defaultPeriod.Milliseconds(), FlowMonMin: 1, FlowMonMax: flowmonMax, ports: [2]match.PortRange{match.AnyPort, match.AnyPort}, raw: map[string]bool{}}
 	d := &dec{el: el}
 	el.EachKey(root, "", markKeys, func(key string, v *yaml.Node) {
 		c.raw[key] = true
@@ -94,6 +95,7 @@ func decodeMarkConfig(el *config.Collector, data []byte) *MarkConfig {
 		case "period":
 			if dur, ok := d.duration(v, key, minPeriod, maxPeriod); ok {
 				c.Period = Duration(dur)
+				c.PeriodMs = dur.Milliseconds()
 				if dur < warnPeriod {
 					el.Warn(v.Line, key, "%v is short: RFC 9341 needs L > 2×(clock error + delay spread) between the measurement points; give the probes time to read each color", dur)
 				}

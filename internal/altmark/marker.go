@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -228,6 +229,7 @@ func ReadMarkStatus() ([]MarkStatus, error) {
 		if err := runstate.Load(markSubsystem, n, &st.MarkRecord); err != nil {
 			return nil, err
 		}
+		st.Config.Period = Duration(time.Duration(st.Config.PeriodMs) * time.Millisecond)
 		dir := pin.Path(markPin(ns, st.Dev)...)
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "stats"), &ebpf.LoadPinOptions{ReadOnly: true})
 		if err != nil {

@@ -1,0 +1,319 @@
+package altmark
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+	"golang.org/x/sys/unix"
+
+	"github.com/flowplane/flowplane/internal/lab"
+	"github.com/flowplane/flowplane/internal/lab/labtest"
+	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/runstate"
+	"github.com/flowplane/flowplane/internal/testenv"
+)
+
+// Two hosts on one link: the marker on h1's egress, h2 a plain Linux receiver.
+const hostHost = `
+nodes:
+  h1: {}
+  h2: {}
+links:
+  - endpoints: [h1, h2]
+`
+
+func labDev(t *testing.T, l *lab.Lab, node string) string {
+	t.Helper()
+	n, err := l.Node(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.IfName(n.Ifaces[0])
+}
+
+// taiOffset is CLOCK_TAI − CLOCK_REALTIME (pcap timestamps are realtime).
+func taiOffset() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &ts)
+	return time.Duration(tai() - ts.Nano())
+}
+
+// capture runs tcpdump on node's interface while fn runs and returns the packets it saw.
+func capture(t *testing.T, l *lab.Lab, node, filter string, fn func()) []gopacket.Packet {
+	t.Helper()
+	testenv.Need(t, "tcpdump")
+	file := filepath.Join(t.TempDir(), node+".pcap")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dump, err := l.Command(ctx, node, "tcpdump", "-i", labDev(t, l, node), "-U", "-s", "200", "-w", file, filter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dump.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if st, err := os.Stat(file); err == nil && st.Size() >= 24 { // the pcap header: capturing
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("tcpdump did not start")
+		}
+	}
+	fn()
+	time.Sleep(200 * time.Millisecond)
+	_ = dump.Process.Signal(syscall.SIGINT)
+	_ = dump.Wait()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps []gopacket.Packet
+	for p := range gopacket.NewPacketSource(r, r.LinkType()).Packets() {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+func markIn(t *testing.T, l *lab.Lab, node, dev, cfg string) *MarkConfig {
+	t.Helper()
+	c, err := ParseMarkConfig("lab.yaml", []byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nsrun.Do(l.Netns(node), func() error { return Mark(dev, c) }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nsrun.Do(l.Netns(node), func() error { return RemoveMark(dev) }) })
+	return c
+}
+
+func markStatusIn(t *testing.T, l *lab.Lab, node string) MarkStatus {
+	t.Helper()
+	var st []MarkStatus
+	if err := nsrun.Do(l.Netns(node), func() (err error) { st, err = ReadMarkStatus(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 1 {
+		t.Fatalf("%d markers in %s's status, want 1", len(st), node)
+	}
+	return st[0]
+}
+
+// colorAt is the color a packet seen at realtime ts has, and whether ts is more than guard
+// away from a color change (else the packet may have been marked in the period before).
+func colorAt(ts time.Time, off time.Duration, c *MarkConfig, guard time.Duration) (color int, period int64, pos time.Duration, sure bool) {
+	l := int64(c.Period)
+	n := ts.UnixNano() + int64(off)
+	period = n / l
+	pos = time.Duration(n % l)
+	return int((period + int64(c.StartColor)) % 2), period, pos, pos > guard && pos < time.Duration(l)-guard
+}
+
+// TestLabMarkAltMark: h1 marks its IPv6 TCP with the AltMark option in a Destination Options
+// header; h2's Linux skips the option (type 0x12: its two high bits are 00) and the transfer
+// completes; the capture on h2 shows every data packet with the option, the colors of their
+// periods (alternating), one FlowMonID per flow, at most 2 delay marks per flow and period in
+// the central half; remove leaves no link, pin or record.
+func TestLabMarkAltMark(t *testing.T) {
+	t.Parallel()
+	testenv.Need(t, "iperf3", "tcpdump")
+	l := labtest.Up(t, hostHost)
+	dev := labDev(t, l, "h1")
+	c := markIn(t, l, "h1", dev, "carrier: ipv6-altmark\nperiod: 100ms\nflowmon_range: 1000-1999\ndouble: {packets: 2}\n")
+	h2 := labtest.Addr(t, l, "h2", "6")
+	// The inserted header takes 8 bytes: the route to h2 gets an MTU 8 bytes below the link's,
+	// so TCP's full-size segments still fit (else the marker passes them unmarked: too_big).
+	labtest.Run(t, l, "h1", "ip", "-6", "route", "replace", h2+"/128", "dev", dev, "mtu", "1492")
+	off := taiOffset()
+	var res labtest.IperfResult
+	ps := capture(t, l, "h2", "ip6 and src host "+labtest.Addr(t, l, "h1", "6"), func() {
+		res = labtest.Iperf(t, l, "h1", "h2", h2, "-t", "2", "-b", "50M")
+	})
+	if res.ReceivedBPS == 0 {
+		t.Fatalf("iperf3 over marked IPv6: %+v", res)
+	}
+	type key struct {
+		id     uint32
+		period int64
+	}
+	var data, marked, sure, delayed int
+	colors, flows := map[int]int{}, map[uint16]map[uint32]bool{}
+	dPerPeriod := map[key]int{}
+	changes, last := 0, -1
+	for _, p := range ps {
+		dst, _ := p.Layer(layers.LayerTypeIPv6Destination).(*layers.IPv6Destination)
+		tcp, _ := p.Layer(layers.LayerTypeTCP).(*layers.TCP)
+		if tcp == nil {
+			continue
+		}
+		data++
+		if dst == nil || len(dst.Options) != 1 || dst.Options[0].OptionType != 0x12 || len(dst.Options[0].OptionData) != 4 {
+			t.Logf("without the option: %v", p)
+			continue
+		}
+		marked++
+		w := binary.BigEndian.Uint32(dst.Options[0].OptionData)
+		id, lflag, dflag := w>>12, int(w>>11&1), w>>10&1 == 1
+		if flows[uint16(tcp.SrcPort)] == nil {
+			flows[uint16(tcp.SrcPort)] = map[uint32]bool{}
+		}
+		flows[uint16(tcp.SrcPort)][id] = true
+		colors[lflag]++
+		if last >= 0 && lflag != last {
+			changes++
+		}
+		last = lflag
+		color, period, pos, ok := colorAt(p.Metadata().Timestamp, off, c, 5*time.Millisecond)
+		if ok {
+			sure++
+			if color != lflag {
+				t.Errorf("packet at %v (period %d + %v) has color %d, want %d", p.Metadata().Timestamp, period, pos, lflag, color)
+			}
+		}
+		if dflag {
+			delayed++
+			dPerPeriod[key{id, period}]++
+			if ok && (pos < 25*time.Millisecond-5*time.Millisecond || pos > 75*time.Millisecond+5*time.Millisecond) {
+				t.Errorf("delay mark at %v into the period, outside its central half", pos)
+			}
+		}
+	}
+	t.Logf("%d TCP packets from h1, %d with the option (%d checked against the clock), colors %v, %d changes, %d delay marks, flows %v", data, marked, sure, colors, changes, delayed, flows)
+	if data == 0 || marked != data {
+		t.Errorf("%d of %d TCP packets from h1 carry the AltMark option", marked, data)
+	}
+	if colors[0] == 0 || colors[1] == 0 || changes < 4 || sure == 0 {
+		t.Errorf("colors %v with %d changes over 2 s of 100 ms periods (%d checked)", colors, changes, sure)
+	}
+	if len(flows) < 2 { // iperf3's control and data connections
+		t.Errorf("flows %v", flows)
+	}
+	ids := map[uint32]bool{}
+	for port, fl := range flows {
+		for id := range fl {
+			if len(fl) != 1 || id < 1000 || id > 1999 || ids[id] {
+				t.Errorf("flow from port %d: FlowMonIDs %v (one per flow, 1000-1999, not shared)", port, fl)
+			}
+			ids[id] = true
+		}
+	}
+	if delayed == 0 {
+		t.Error("no delay mark")
+	}
+	for k, n := range dPerPeriod {
+		if n > 2 {
+			t.Errorf("FlowMonID %d has %d delay marks in period %d, want at most 2", k.id, n, k.period)
+		}
+	}
+
+	st := markStatusIn(t, l, "h1")
+	if st.Counters["too_big"] != 0 || st.Counters["inserted"] == 0 || st.Counters["marked"] == 0 || st.Counters["color0"] == 0 || st.Counters["color1"] == 0 || st.Flows < 2 {
+		t.Errorf("status %+v", st)
+	}
+
+	// remove leaves nothing behind.
+	if err := nsrun.Do(l.Netns("h1"), func() error { return RemoveMark(dev) }); err != nil {
+		t.Fatal(err)
+	}
+	err := nsrun.Do(l.Netns("h1"), func() error {
+		ns, _ := netnsName()
+		if _, err := os.Stat(pin.Path(markPin(ns, dev)...)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("marker pins left behind: %v", err)
+		}
+		if _, err := os.Stat(runstate.Path(markSubsystem, markRecordName(ns, dev))); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("marker record left behind: %v", err)
+		}
+		if err := RemoveMark(dev); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a second remove: %v, want ErrNotExist", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := tcxEgressPrograms(t, l, "h1", dev); n != 0 {
+		t.Errorf("%d tcx egress programs left on %s", n, dev)
+	}
+}
+
+// tcxEgressPrograms counts the programs attached at dev's tcx egress in node.
+func tcxEgressPrograms(t *testing.T, l *lab.Lab, node, dev string) int {
+	t.Helper()
+	var n int
+	err := nsrun.Do(l.Netns(node), func() error {
+		idx, err := CheckMarkDevice(dev)
+		if err != nil {
+			return err
+		}
+		res, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: ebpf.AttachTCXEgress})
+		if err != nil {
+			return err
+		}
+		n = len(res.Programs)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestLabMarkDSCP: h1 marks IPv4 TCP in DSCP bits 0 (color) and 1 (delay); the capture on h2
+// shows both colors at the right times, the other DSCP bits and ECN as the sender set them,
+// valid IPv4 header checksums, and the transfer completes.
+func TestLabMarkDSCP(t *testing.T) {
+	t.Parallel()
+	testenv.Need(t, "iperf3", "tcpdump")
+	l := labtest.Up(t, hostHost)
+	dev := labDev(t, l, "h1")
+	c := markIn(t, l, "h1", dev, "carrier: dscp\nperiod: 100ms\ndscp_bits: [0, 1]\n")
+	off := taiOffset()
+	var res labtest.IperfResult
+	ps := capture(t, l, "h2", "ip and src host "+labtest.Addr(t, l, "h1", "4"), func() {
+		res = labtest.Iperf(t, l, "h1", "h2", labtest.Addr(t, l, "h2", "4"), "-t", "2", "-b", "50M")
+	})
+	if res.ReceivedBPS == 0 {
+		t.Fatalf("iperf3: %+v", res)
+	}
+	colors := map[int]int{}
+	var n int
+	for _, p := range ps {
+		ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		if ip == nil || p.Layer(layers.LayerTypeTCP) == nil {
+			continue
+		}
+		n++
+		if err, r := ip.VerifyChecksum(); err != nil || !r.Valid {
+			t.Fatalf("IPv4 header checksum on the wire: %v %+v", err, r)
+		}
+		lflag := int(ip.TOS>>2) & 1
+		colors[lflag]++
+		if color, _, _, ok := colorAt(p.Metadata().Timestamp, off, c, 5*time.Millisecond); ok && color != lflag {
+			t.Errorf("TOS %#x at %v: color %d, want %d", ip.TOS, p.Metadata().Timestamp, lflag, color)
+		}
+		if ip.TOS&^0x0c != 0 {
+			t.Errorf("TOS %#x: only DSCP bits 0 and 1 may differ from the sender's 0", ip.TOS)
+		}
+	}
+	if n == 0 || colors[0] == 0 || colors[1] == 0 {
+		t.Errorf("%d TCP packets, colors %v", n, colors)
+	}
+}
