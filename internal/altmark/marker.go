@@ -265,3 +265,25 @@ func markCounters(m *ebpf.Map) (map[string]uint64, error) {
 	}
 	return c, nil
 }
+
+// MarkerProgram is a loaded marker that is not attached (benchmarks run it with
+// BPF_PROG_TEST_RUN).
+type MarkerProgram struct {
+	Prog *ebpf.Program
+	objs *markerObjects
+}
+
+// LoadMarkerProgram loads the marker for c without attaching it.
+func LoadMarkerProgram(c *MarkConfig) (*MarkerProgram, error) {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	objs, err := openMarker(c.Spec())
+	if err != nil {
+		return nil, err
+	}
+	return &MarkerProgram{Prog: objs.AltmarkMark, objs: objs}, nil
+}
+
+// Close frees the program and its maps.
+func (m *MarkerProgram) Close() error { return m.objs.Close() }
