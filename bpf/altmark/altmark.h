@@ -71,29 +71,27 @@ struct am_sample {
 	__u8 match; /* low bits of hash equal to hash_ref's (0-32): kept when >= the final length */
 };
 
-/* Per color of a point: the dynamic hash length. hist[k] counts the samples written with
- * exactly k matching low bits (k = 32: all); taken counts those matching the current length. */
-struct am_color_state {
-	__u32 hist[AM_HASH_LEN_MAX + 1];
-	__u32 taken;
-	__u32 bits;  /* current hash length: the configured start after every read-out */
-	__u32 grown; /* times it grew in this period */
-};
-
-/* Probe: value of am_points, keyed by struct am_point_key. */
+/* Probe: value of am_points, one per point and color: the dynamic hash length. hist[k] counts
+ * the samples written with exactly k low bits equal to hash_ref's (k = 32: all); taken counts
+ * those matching the current length. Go resets a color's entries when it reads them. */
 struct am_point {
 	struct bpf_spin_lock lock;
-	__u32 slot;
-	struct am_color_state color[2];
+	__u32 bits;  /* current hash length: the configured start after every read-out */
+	__u32 taken; /* samples written that match the current length */
+	__u32 grown; /* times the length grew in this period */
+	__u32 hist[AM_HASH_LEN_MAX + 1];
 };
 
+/* Probe: key of am_points. */
 struct am_point_key {
 	__u32 ifindex;
-	__u32 dir; /* enum am_dir */
+	__u8 dir;   /* enum am_dir */
+	__u8 color; /* 0 or 1 */
+	__u8 pad[2];
 };
 
 /* Probe statistics (per-CPU, summed in Go): every packet the probe sees ends in exactly one of
- * SEEN's outcomes (COUNTED, NOT_IP, UNMARKED, FILTERED, BACKBONE, NO_POINT, MAL_*, TABLE_FULL);
+ * SEEN's outcomes (COUNTED, NOT_IP, UNMARKED, FILTERED, BACKBONE, MAL_*, TABLE_FULL);
  * the rest are events. */
 enum am_stat {
 	AM_STAT_SEEN,
@@ -102,7 +100,7 @@ enum am_stat {
 	AM_STAT_UNMARKED,    /* the carrier is absent (no AltMark option, IPv6 with ipv4-flag) */
 	AM_STAT_FILTERED,    /* protocol not in the filter */
 	AM_STAT_BACKBONE,    /* from or to a backbone prefix */
-	AM_STAT_NO_POINT,    /* interface/direction not configured (a stray attachment) */
+	AM_STAT_NO_POINT,    /* sampling: point not configured (counted, not sampled) */
 	AM_STAT_MAL_L2,	     /* Ethernet/VLAN header truncated */
 	AM_STAT_MAL_IPV4,    /* IPv4 header truncated or inconsistent */
 	AM_STAT_MAL_IPV6,    /* IPv6 header truncated or inconsistent (jumbogram included) */

@@ -52,7 +52,9 @@ struct am_pkt {
 	__u32 opt_off; /* the option's type byte, 0 when absent */
 	__u32 l3_len;  /* IPv4 total length, IPv6 40 + payload length */
 	__u32 flowmon; /* AM_FLOWMON_NONE unless the carrier has one */
-	__u16 sport;   /* host order, 0 when the protocol has no ports */
+	__u32 tcp_seq; /* TCP sequence and ack numbers (host order), 0 for other protocols */
+	__u32 tcp_ack;
+	__u16 sport; /* host order, 0 when the protocol has no ports */
 	__u16 dport;
 	__u8 family;	/* 4 or 6 */
 	__u8 proto;	/* the upper-layer protocol */
@@ -125,6 +127,8 @@ static __always_inline int am_parse_l4(struct am_pkt *p, __u8 *l4)
 			return AM_STAT_MAL_L4;
 		p->sport = bpf_ntohs(th->source);
 		p->dport = bpf_ntohs(th->dest);
+		p->tcp_seq = bpf_ntohl(th->seq);
+		p->tcp_ack = bpf_ntohl(th->ack_seq);
 		p->has_ports = 1;
 		break;
 	}

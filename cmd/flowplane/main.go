@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/flowplane/flowplane/internal/altmark"
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/conntrack"
 	"github.com/flowplane/flowplane/internal/lab"
@@ -34,7 +35,7 @@ func main() {
 // run runs the command line args until done or ctx is cancelled.
 func run(ctx context.Context, args []string) error {
 	root := cli.Root("flowplane", "Track, tune, prioritize and measure network flows",
-		lab.Command(), conntrack.Command(), tune.Command(), vnet.Command(), prio.Command())
+		lab.Command(), conntrack.Command(), tune.Command(), vnet.Command(), prio.Command(), altmark.Command())
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
 }
