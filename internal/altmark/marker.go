@@ -52,13 +52,6 @@ func carrierCode(s string) markerAmCarrier {
 	return markerAmCarrierAM_CARRIER_DSCP
 }
 
-func boolU32(b bool) uint32 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // lpmKey is p as the marker's LPM tries hold it: IPv4 as IPv4-mapped IPv6.
 func lpmKey(p netip.Prefix) markerMarkLpmKey {
 	a, bits := p.Addr(), p.Bits()
