@@ -317,3 +317,96 @@ func TestLabMarkDSCP(t *testing.T) {
 		t.Errorf("%d TCP packets, colors %v", n, colors)
 	}
 }
+
+// openProbeIn opens the probe on node's interface in direction dir (attached at the tail of
+// the tcx chain).
+func openProbeIn(t *testing.T, l *lab.Lab, node, dir string, c *MarkConfig) Datapath {
+	t.Helper()
+	s := ProbeSpec{Points: []Point{{Ifname: labDev(t, l, node), Direction: dir}}, PeriodNs: int64(c.Period),
+		StartColor: c.StartColor, Carrier: c.Carrier, HashBits: 8, NMax: 1000}
+	var dp Datapath
+	if err := nsrun.Do(l.Netns(node), func() (err error) { dp, err = OpenProbe(s); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nsrun.Do(l.Netns(node), dp.Close) })
+	return dp
+}
+
+// TestLabMarkerAndProbe: the probe counts exactly what the marker colored, per color: a probe
+// on h1's egress attached before the marker (the marker goes to the head of the chain, so the
+// probe still sees colored packets) and one on h2's ingress; UDP from h1 to h2 over IPv6 with
+// the AltMark option.
+func TestLabMarkerAndProbe(t *testing.T) {
+	t.Parallel()
+	testenv.Need(t, "iperf3")
+	l := labtest.Up(t, hostHost)
+	dev := labDev(t, l, "h1")
+	cfg, err := ParseMarkConfig("lab.yaml", []byte("carrier: ipv6-altmark\nperiod: 200ms\nstart_color: 1\nflowmon_range: 50-59\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := openProbeIn(t, l, "h1", "out", cfg)
+	in := openProbeIn(t, l, "h2", "in", cfg)
+	markIn(t, l, "h1", dev, "carrier: ipv6-altmark\nperiod: 200ms\nstart_color: 1\nflowmon_range: 50-59\n")
+	res := labtest.Iperf(t, l, "h1", "h2", labtest.Addr(t, l, "h2", "6"), "-u", "-b", "4M", "-t", "1", "-l", "400")
+	if res.Packets == 0 {
+		t.Fatalf("iperf3 -u: %+v", res)
+	}
+	// Stop marking (keeping the counters map open, so that they are read after the last
+	// packet), let the last period end and L/2 pass, then read both colors: with no read in
+	// between, each color's counters hold every period of that color.
+	var counters map[string]uint64
+	err = nsrun.Do(l.Netns("h1"), func() error {
+		ns, err := netnsName()
+		if err != nil {
+			return err
+		}
+		m, err := ebpf.LoadPinnedMap(filepath.Join(pin.Path(markPin(ns, dev)...), "stats"), nil)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		if err := RemoveMark(dev); err != nil {
+			return err
+		}
+		counters, err = markCounters(m)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Duration(cfg.Period))
+	n := tai() / int64(cfg.Period)
+	for _, p := range []struct {
+		name string
+		dp   Datapath
+		ns   string
+	}{{"h1 out", out, l.Netns("h1")}, {"h2 in", in, l.Netns("h2")}} {
+		var got [2]int64
+		ids := map[int64]bool{}
+		for _, period := range []int64{n - 1, n - 2} {
+			color := (period + int64(cfg.StartColor)) % 2
+			var rows []Counter
+			if err := nsrun.Do(p.ns, func() (err error) { rows, _, err = p.dp.Read(period); return err }); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				got[color] += r.Packets
+				if r.Packets > 0 {
+					ids[r.FlowMonID] = true
+				}
+			}
+		}
+		// The marker counts skbs, the probe segments: UDP without GSO, one each.
+		want := [2]int64{int64(counters["color0"]), int64(counters["color1"])}
+		if got != want || want[0] == 0 || want[1] == 0 {
+			t.Errorf("%s counted %v per color, the marker colored %v (counters %v)", p.name, got, want, counters)
+		}
+		for id := range ids {
+			if id < 50 || id > 59 {
+				t.Errorf("%s: FlowMonID %d outside the marker's range 50-59", p.name, id)
+			}
+		}
+		t.Logf("%s: %v packets per color, FlowMonIDs %v", p.name, got, ids)
+	}
+}
