@@ -129,7 +129,11 @@ func describeCarrier(c *MarkConfig) string {
 	if c.FlowMonID != nil {
 		id = fmt.Sprintf("FlowMonID %d", *c.FlowMonID)
 	}
-	return fmt.Sprintf("ipv6-altmark in a %s header, %s", c.Header, id)
+	hdr := "Destination Options"
+	if c.Header == headerHBH {
+		hdr = "Hop-by-Hop"
+	}
+	return fmt.Sprintf("ipv6-altmark in a %s header, %s", hdr, id)
 }
 
 func describeDouble(c *MarkConfig) string {
@@ -147,9 +151,9 @@ func printMarkStatus(w io.Writer, st []MarkStatus) {
 	for _, s := range st {
 		c := s.Config
 		fmt.Fprintf(w, "%s: %s, period %v, start color %d%s; %d flow(s) tracked (config %s)\n", s.Dev, describeCarrier(&c), time.Duration(c.Period), c.StartColor, describeDouble(&c), s.Flows, c.File)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for _, n := range markCounterNames {
-			fmt.Fprintf(tw, "  %s\t%d\t\n", n, s.Counters[n])
+			fmt.Fprintf(tw, "  %s\t%d\n", n, s.Counters[n])
 		}
 		tw.Flush()
 	}
