@@ -127,17 +127,62 @@ func colorAt(ts time.Time, off time.Duration, c *MarkConfig, guard time.Duration
 	return int((period + int64(c.StartColor)) % 2), period, pos, pos > guard && pos < time.Duration(l)-guard
 }
 
+// altmarkData is the AltMark option's 4 data bytes in the packet's only Destination Options
+// (or Hop-by-Hop) header, which must hold that option only.
+func altmarkData(p gopacket.Packet, hbh bool) ([]byte, bool) {
+	type tlv struct {
+		typ  uint8
+		data []byte
+	}
+	var opts []tlv
+	if hbh {
+		h, _ := p.Layer(layers.LayerTypeIPv6HopByHop).(*layers.IPv6HopByHop)
+		if h == nil {
+			return nil, false
+		}
+		for _, o := range h.Options {
+			opts = append(opts, tlv{o.OptionType, o.OptionData})
+		}
+	} else {
+		d, _ := p.Layer(layers.LayerTypeIPv6Destination).(*layers.IPv6Destination)
+		if d == nil {
+			return nil, false
+		}
+		for _, o := range d.Options {
+			opts = append(opts, tlv{o.OptionType, o.OptionData})
+		}
+	}
+	if len(opts) != 1 || opts[0].typ != 0x12 || len(opts[0].data) != 4 {
+		return nil, false
+	}
+	return opts[0].data, true
+}
+
 // TestLabMarkAltMark: h1 marks its IPv6 TCP with the AltMark option in a Destination Options
-// header; h2's Linux skips the option (type 0x12: its two high bits are 00) and the transfer
-// completes; the capture on h2 shows every data packet with the option, the colors of their
-// periods (alternating), one FlowMonID per flow, at most 2 delay marks per flow and period in
-// the central half; remove leaves no link, pin or record.
+// (or Hop-by-Hop) header; h2's Linux skips the option (type 0x12: its two high bits are 00) and
+// the transfer completes; the capture on h2 shows every data packet with the option, the colors
+// of their periods (alternating), one FlowMonID per flow, at most 2 delay marks per flow and
+// period in the central half; a second marker on the device is refused; remove leaves no link,
+// pin or record.
 func TestLabMarkAltMark(t *testing.T) {
 	t.Parallel()
+	for _, header := range []string{headerDest, headerHBH} {
+		t.Run(header, func(t *testing.T) {
+			t.Parallel()
+			labMarkAltMark(t, header)
+		})
+	}
+}
+
+func labMarkAltMark(t *testing.T, header string) {
 	testenv.Need(t, "iperf3", "tcpdump")
 	l := labtest.Up(t, hostHost)
 	dev := labDev(t, l, "h1")
-	c := markIn(t, l, "h1", dev, "carrier: ipv6-altmark\nperiod: 100ms\nflowmon_range: 1000-1999\ndouble: {packets: 2}\n")
+	c := markIn(t, l, "h1", dev, "carrier: ipv6-altmark\nperiod: 100ms\nflowmon_range: 1000-1999\ndouble: {packets: 2}\nheader: "+header+"\n")
+	err := nsrun.Do(l.Netns("h1"), func() error { _, err := CheckMarkDevice(dev); return err })
+	if !errors.Is(err, ErrMarked) {
+		t.Errorf("a second marker on %s: %v, want ErrMarked", dev, err)
+	}
 	h2 := labtest.Addr(t, l, "h2", "6")
 	// The inserted header takes 8 bytes: the route to h2 gets an MTU 8 bytes below the link's,
 	// so TCP's full-size segments still fit (else the marker passes them unmarked: too_big).
@@ -159,18 +204,18 @@ func TestLabMarkAltMark(t *testing.T) {
 	dPerPeriod := map[key]int{}
 	changes, last := 0, -1
 	for _, p := range ps {
-		dst, _ := p.Layer(layers.LayerTypeIPv6Destination).(*layers.IPv6Destination)
 		tcp, _ := p.Layer(layers.LayerTypeTCP).(*layers.TCP)
 		if tcp == nil {
 			continue
 		}
 		data++
-		if dst == nil || len(dst.Options) != 1 || dst.Options[0].OptionType != 0x12 || len(dst.Options[0].OptionData) != 4 {
+		opt, ok := altmarkData(p, header == headerHBH)
+		if !ok {
 			t.Logf("without the option: %v", p)
 			continue
 		}
 		marked++
-		w := binary.BigEndian.Uint32(dst.Options[0].OptionData)
+		w := binary.BigEndian.Uint32(opt)
 		id, lflag, dflag := w>>12, int(w>>11&1), w>>10&1 == 1
 		if flows[uint16(tcp.SrcPort)] == nil {
 			flows[uint16(tcp.SrcPort)] = map[uint32]bool{}
@@ -233,7 +278,7 @@ func TestLabMarkAltMark(t *testing.T) {
 	if err := nsrun.Do(l.Netns("h1"), func() error { return RemoveMark(dev) }); err != nil {
 		t.Fatal(err)
 	}
-	err := nsrun.Do(l.Netns("h1"), func() error {
+	err = nsrun.Do(l.Netns("h1"), func() error {
 		ns, _ := netnsName()
 		if _, err := os.Stat(pin.Path(markPin(ns, dev)...)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("marker pins left behind: %v", err)
