@@ -166,23 +166,34 @@ static __always_inline struct mark_flow *flow_state(const struct mark_flow_key *
  * AltMark option where carrier.h looks (first header, or Destination Options right after
  * Hop-by-Hop) is passed unmarked (MARK_NO_POSITION). */
 static __always_inline enum mark_reason insert_altmark(struct __sk_buff *skb, __u32 nh, __u8 next,
-						       __u16 plen, __be32 data)
+						       __u16 plen, __be32 data, __u32 hdrs)
 {
 	__u8 hdr[ALTMARK_HDR_LEN] = {next, 0, AM_OPT_TYPE, AM_OPT_DATA_LEN};
 	__u8 nexthdr = hop_by_hop ? NEXTHDR_HOP : NEXTHDR_DEST;
 	__be16 nplen = bpf_htons(plen + ALTMARK_HDR_LEN);
-	__u32 lim = 0;
+	__u32 gso = skb->gso_size, len = 0, flags = 0;
 
-	if (!skb->gso_size) { /* GSO: adjust_room shrinks the MSS, segments keep their size */
-		if (mtu) {
-			if (skb->len - nh + ALTMARK_HDR_LEN > mtu)
-				return MARK_TOO_BIG;
-		} else if (bpf_check_mtu(skb, 0, &lim, ALTMARK_HDR_LEN, 0)) {
+	/* The L3 length one packet on the wire will have: the packet's own, or for UDP GSO
+	 * (whose gso_size delimits datagrams, so the kernel grows it only with a fixed
+	 * gso_size) the IPv6 and UDP headers and one segment's payload. TCP GSO needs no check:
+	 * adjust_room lowers the MSS by 8, so every segment keeps its length. */
+	if (gso && next == IPPROTO_UDP) {
+		len = hdrs + gso;
+		flags = BPF_F_ADJ_ROOM_FIXED_GSO;
+	} else if (!gso) {
+		len = skb->len - nh;
+	}
+	if (len) {
+		__u32 lim = mtu;
+
+		/* bpf_check_mtu passes any GSO packet: ask it for the device's MTU only */
+		if (!lim)
+			bpf_check_mtu(skb, 0, &lim, 0, 0);
+		if (len + ALTMARK_HDR_LEN > lim)
 			return MARK_TOO_BIG;
-		}
 	}
 	__builtin_memcpy(hdr + 4, &data, 4);
-	if (bpf_skb_adjust_room(skb, ALTMARK_HDR_LEN, BPF_ADJ_ROOM_NET, 0))
+	if (bpf_skb_adjust_room(skb, ALTMARK_HDR_LEN, BPF_ADJ_ROOM_NET, flags))
 		return MARK_ADJUST_FAILED;
 	if (bpf_skb_store_bytes(skb, nh + sizeof(struct ipv6hdr), hdr, sizeof(hdr), 0) ||
 	    bpf_skb_store_bytes(skb, nh + offsetof(struct ipv6hdr, payload_len), &nplen,
@@ -330,7 +341,8 @@ int altmark_mark(struct __sk_buff *skb)
 		} else {
 			if (is_ext(ip6->nexthdr))
 				return unmarked(MARK_NO_POSITION);
-			r = insert_altmark(skb, nh, ip6->nexthdr, bpf_ntohs(ip6->payload_len), be);
+			r = insert_altmark(skb, nh, ip6->nexthdr, bpf_ntohs(ip6->payload_len), be,
+					   p.pl_off - nh);
 			if (r != MARK_INSERTED)
 				return unmarked(r);
 			fp_count(&mark_stats, MARK_INSERTED);

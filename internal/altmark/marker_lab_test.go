@@ -57,7 +57,7 @@ func capture(t *testing.T, l *lab.Lab, node, filter string, fn func()) []gopacke
 	file := filepath.Join(t.TempDir(), node+".pcap")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dump, err := l.Command(ctx, node, "tcpdump", "-i", labDev(t, l, node), "-U", "-s", "200", "-w", file, filter)
+	dump, err := l.Command(ctx, node, "tcpdump", "--immediate-mode", "-i", labDev(t, l, node), "-U", "-s", "200", "-w", file, filter)
 	if err != nil {
 		t.Fatal(err)
 	}
