@@ -199,8 +199,11 @@ static __always_inline enum mark_reason insert_altmark(struct __sk_buff *skb, __
 	    bpf_skb_store_bytes(skb, nh + offsetof(struct ipv6hdr, payload_len), &nplen,
 				sizeof(nplen), 0) ||
 	    bpf_skb_store_bytes(skb, nh + offsetof(struct ipv6hdr, nexthdr), &nexthdr,
-				sizeof(nexthdr), 0))
-		return MARK_ADJUST_FAILED; /* cannot happen: the room was just made */
+				sizeof(nexthdr), 0)) {
+		/* cannot happen (the room was just made); if it did, take the room out again */
+		bpf_skb_adjust_room(skb, -ALTMARK_HDR_LEN, BPF_ADJ_ROOM_NET, flags);
+		return MARK_ADJUST_FAILED;
+	}
 	return MARK_INSERTED;
 }
 
