@@ -12,7 +12,7 @@
  *                 8-byte Destination Options (default) or Hop-by-Hop header inserted right
  *                 after the IPv6 header (insert_altmark lists the positions handled).
  *
- * Double marking (RFC 9341 §3.2.2): the delay bit / D flag goes on the first double_packets
+ * Double marking (RFC 9341 §3.2): the delay bit / D flag goes on the first double_packets
  * packets of each flow in each period that leave in the central half of the period, far from
  * the color changes. The marker never drops: what it cannot mark it passes and counts. */
 #include "common.h"
@@ -42,6 +42,8 @@ volatile const __u32 proto_mask[8] = {}; /* bit p set: IP protocol p is selected
 volatile const __u32 sel_src = 0;	 /* mark_src holds the selected source prefixes */
 volatile const __u32 sel_dst = 0;	 /* mark_dst holds the selected destination prefixes */
 volatile const __u32 sel_backbone = 0;	 /* mark_backbone holds prefixes left alone */
+volatile const __u32 sel_ports =
+    0; /* a port range is set: packets without ports are not selected */
 volatile const __u16 sport_lo = 0, sport_hi = 0xffff;
 volatile const __u16 dport_lo = 0, dport_hi = 0xffff;
 
@@ -116,11 +118,13 @@ static __always_inline int is_ext(__u8 next)
 	       next == NEXTHDR_AUTH || next == NEXTHDR_FRAGMENT;
 }
 
-static __always_inline int selected(const struct mark_flow_key *k)
+static __always_inline int selected(const struct mark_flow_key *k, int has_ports)
 {
 	__u16 sp = bpf_ntohs(k->sport), dp = bpf_ntohs(k->dport);
 
 	if (!any_proto && !(proto_mask[(k->proto >> 5) & 7] & (1u << (k->proto & 31))))
+		return 0;
+	if (sel_ports && !has_ports)
 		return 0;
 	if (sp < sport_lo || sp > sport_hi || dp < dport_lo || dp > dport_hi)
 		return 0;
@@ -258,7 +262,7 @@ int altmark_mark(struct __sk_buff *skb)
 		key.sport = bpf_htons(p.sport);
 		key.dport = bpf_htons(p.dport);
 	}
-	if (!selected(&key))
+	if (!selected(&key, p.has_ports))
 		return unmarked(MARK_NOT_SELECTED);
 	if (carrier == AM_CARRIER_IPV4_FLAG && p.family != 4)
 		return unmarked(MARK_WRONG_FAMILY);

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
+	"github.com/flowplane/flowplane/internal/match"
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/runstate"
 	"github.com/flowplane/flowplane/internal/stats"
@@ -79,7 +80,8 @@ func openMarker(s MarkSpec) (*markerObjects, error) {
 		"flowmon_first": s.FlowMonFirst, "flowmon_count": max(s.FlowMonCount, 1),
 		"double_packets": s.DoublePackets, "any_proto": boolU32(len(s.Protocols) == 0), "proto_mask": protos,
 		"sel_src": boolU32(len(s.Src) > 0), "sel_dst": boolU32(len(s.Dst) > 0), "sel_backbone": boolU32(len(s.Backbone) > 0),
-		"sport_lo": s.SrcPorts.Lo, "sport_hi": s.SrcPorts.Hi, "dport_lo": s.DstPorts.Lo, "dport_hi": s.DstPorts.Hi,
+		"sel_ports": boolU32(s.SrcPorts != match.AnyPort || s.DstPorts != match.AnyPort),
+		"sport_lo":  s.SrcPorts.Lo, "sport_hi": s.SrcPorts.Hi, "dport_lo": s.DstPorts.Lo, "dport_hi": s.DstPorts.Hi,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)

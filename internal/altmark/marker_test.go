@@ -464,6 +464,12 @@ select:
 		})
 	}
 	wantCounters(t, objs, map[markerMarkReason]uint64{markerMarkReasonMARK_NOT_SELECTED: 5})
+
+	// A port range that includes 0 still wants a protocol with ports.
+	objs, c = loadMark(t, "carrier: dscp\nperiod: 20ms\nselect: {src_port: 0-100}\n")
+	runKnown(t, objs.AltmarkMark, packet.IP(src4, dst4).Echo(1, 1, false).Bytes(), c)
+	runKnown(t, objs.AltmarkMark, packet.IP(src4, dst4).UDP(100, 9).Bytes(), c)
+	wantCounters(t, objs, map[markerMarkReason]uint64{markerMarkReasonMARK_NOT_SELECTED: 1, markerMarkReasonMARK_MARKED: 1})
 }
 
 // flowmonOf is the FlowMonID of the AltMark option the marker inserted into a plain packet.
