@@ -51,7 +51,7 @@ The marker stays attached (pinned) after the command returns; "mark remove" deta
 				return nil
 			}
 			if _, err := CheckMarkDevice(dev); err != nil {
-				return cli.Usagef("--dev: %v", err)
+				return cli.Usagef("--dev: %w", err)
 			}
 			if err := Mark(dev, c); err != nil {
 				return err

@@ -1,11 +1,14 @@
 package altmark
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 	"golang.org/x/sys/unix"
 
+	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/lab/labtest"
 	"github.com/flowplane/flowplane/internal/nsrun"
@@ -453,5 +457,54 @@ func TestLabMarkerAndProbe(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %v packets per color, FlowMonIDs %v", p.name, got, ids)
+	}
+}
+
+// TestLabMarkCommand: the command itself in h1's namespace: mark, a second mark refused with
+// exit 2, status --json, remove, a second remove refused with exit 2.
+func TestLabMarkCommand(t *testing.T) {
+	t.Parallel()
+	l := labtest.Up(t, hostHost)
+	dev := labDev(t, l, "h1")
+	cfg := filepath.Join(t.TempDir(), "m.yaml")
+	if err := os.WriteFile(cfg, []byte("carrier: ipv6-altmark\nperiod: 1s\nflowmon_id: 12\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := nsrun.Do(l.Netns("h1"), func() error {
+			cmd := markCommand()
+			cmd.SetOut(&out)
+			cmd.SetErr(&out)
+			cmd.SetArgs(args)
+			return cmd.Execute()
+		})
+		return out.String(), err
+	}
+	t.Cleanup(func() { _, _ = run("remove", "--dev", dev) })
+	if out, err := run("--dev", dev, "--config", cfg); err != nil || !strings.Contains(out, "FlowMonID 12") {
+		t.Fatalf("mark: %v %q", err, out)
+	}
+	if _, err := run("--dev", dev, "--config", cfg); cli.ExitCode(err) != 2 || !errors.Is(err, ErrMarked) {
+		t.Errorf("second mark: %v (exit %d), want exit 2 and ErrMarked", err, cli.ExitCode(err))
+	}
+	labtest.Run(t, l, "h1", "ping", "-6", "-c", "2", "-i", "0.2", labtest.Addr(t, l, "h2", "6"))
+	out, err := run("status", "--json")
+	var st []MarkStatus
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || len(st) != 1 || st[0].Dev != dev ||
+		st[0].Config.Carrier != carrierIPv6AltMrk || st[0].Config.PeriodMs != 1000 || st[0].Counters["inserted"] < 2 {
+		t.Errorf("status --json: %v %s", err, out)
+	}
+	if out, err := run("status"); err != nil || !strings.Contains(out, dev+": ipv6-altmark") {
+		t.Errorf("status: %v %q", err, out)
+	}
+	if out, err := run("--dev", dev, "--remove"); err != nil || !strings.Contains(out, "removed") {
+		t.Errorf("remove: %v %q", err, out)
+	}
+	if _, err := run("remove", "--dev", dev); cli.ExitCode(err) != 2 {
+		t.Errorf("second remove: %v, want exit 2", err)
+	}
+	if n := tcxEgressPrograms(t, l, "h1", dev); n != 0 {
+		t.Errorf("%d tcx egress programs left", n)
 	}
 }
