@@ -1,0 +1,449 @@
+package altmark
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/flowplane/flowplane/internal/lab"
+	"github.com/flowplane/flowplane/internal/lab/labtest"
+	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/testenv"
+	"github.com/flowplane/flowplane/internal/topo"
+)
+
+// h1 — r1 — r2 — h2 with random loss on r1–r2 (the lab's loss program on each end's egress).
+const lossyPath = `
+nodes:
+  h1: {}
+  r1: {kind: router}
+  r2: {kind: router}
+  h2: {}
+links:
+  - endpoints: [h1, r1]
+  - endpoints: [r1, r2]
+    loss: 3%
+  - endpoints: [r2, h2]
+`
+
+// pathLab is the lab with r1's interface towards r2 (a) and r2's towards r1 (b).
+type pathLab struct {
+	*lab.Lab
+	a, b *topo.Iface
+}
+
+func upPathLab(t *testing.T) *pathLab {
+	t.Helper()
+	l := labtest.Up(t, lossyPath)
+	pl := &pathLab{Lab: l}
+	r1, err := l.Node("r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range r1.Ifaces {
+		if i.Peer().Node.Name == "r2" {
+			pl.a, pl.b = i, i.Peer()
+		}
+	}
+	if pl.a == nil {
+		t.Fatal("r1 has no link to r2")
+	}
+	// r1 must send nothing but IP on the lossy link for drops and probe counts to compare:
+	// its neighbour entry for r2 is made permanent, so no ARP crosses it.
+	var mac net.HardwareAddr
+	if err := nsrun.Do(l.Netns("r2"), func() error {
+		dev, err := netlink.LinkByName(l.IfName(pl.b))
+		if err == nil {
+			mac = dev.Attrs().HardwareAddr
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	labtest.Run(t, l, "r1", "ip", "neigh", "replace", pl.b.IPv4.Addr().String(), "lladdr", mac.String(), "dev", l.IfName(pl.a), "nud", "permanent")
+	return pl
+}
+
+// drops is what r1–r2 lost from r1's egress probe to r2's ingress probe: the loss program's
+// drops on r1's egress, plus what the veth itself dropped (r1's tx_dropped, r2's rx_dropped:
+// a full receive backlog under iperf3), which the probes rightly count as loss too.
+func (pl *pathLab) drops(t *testing.T) uint64 {
+	c, ok, err := pl.ReadLoss(pl.a)
+	if err != nil || !ok {
+		t.Errorf("read the loss counters: ok %v, %v", ok, err)
+	}
+	return c.Dropped + pl.vethDrops(t)
+}
+
+func (pl *pathLab) vethDrops(t *testing.T) uint64 {
+	var n uint64
+	for _, e := range []struct {
+		ifc *topo.Iface
+		tx  bool
+	}{{pl.a, true}, {pl.b, false}} {
+		if err := nsrun.Do(pl.Netns(e.ifc.Node.Name), func() error {
+			dev, err := netlink.LinkByName(pl.IfName(e.ifc))
+			if err != nil {
+				return err
+			}
+			if st := dev.Attrs().Statistics; st != nil {
+				if e.tx {
+					n += st.TxDropped
+				} else {
+					n += st.RxDropped
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Errorf("read link statistics: %v", err)
+		}
+	}
+	return n
+}
+
+// startRunner runs a period loop with the kernel probe in node's namespace, on ifc in dir (nil
+// after an error, reported with t.Error: it may run on another goroutine).
+func startRunner(t *testing.T, pl *pathLab, node string, ifc *topo.Iface, dir string, extra string) *Runner {
+	t.Helper()
+	cfg, err := ParseConfig("lab.yaml", []byte(fmt.Sprintf("probe_id: %s\ninterfaces: [{name: %s, direction: %s}]\nperiod: %s\ncarrier: dscp\ndata_dir: %s\n%s",
+		node, pl.IfName(ifc), dir, labPeriod, t.TempDir(), extra)))
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	r := NewRunner(cfg, OpenProbe)
+	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	// OpenProbe attaches in the namespace of the thread that calls it: Start runs it there.
+	if err := nsrun.Do(pl.Netns(node), r.Start); err != nil {
+		t.Error(err)
+		return nil
+	}
+	t.Cleanup(func() { _ = r.Stop() })
+	return r
+}
+
+const labPeriod = 400 * time.Millisecond
+
+// sendColored sends UDP datagrams from h1 to h2 at about 2,000 a second until stop, each with
+// the DSCP color of the period it leaves in (as a marker would set it), and none within quiet
+// of a period boundary, so every packet is in the network well inside its period.
+func sendColored(t *testing.T, pl *pathLab, quiet time.Duration, stop <-chan struct{}) *sync.WaitGroup {
+	h2, err := pl.Node("h2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := h2.Ifaces[0].IPv4.Addr().String()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := nsrun.Do(pl.Netns("h1"), func() error {
+			c, err := net.Dial("udp4", net.JoinHostPort(dst, "9"))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			raw, err := c.(*net.UDPConn).SyscallConn()
+			if err != nil {
+				return err
+			}
+			L := int64(labPeriod)
+			tos := -1
+			buf := make([]byte, 200)
+			for seq := uint64(0); ; seq++ {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				now := taiNs()
+				phase := now % L
+				if phase < int64(quiet) || phase > L-int64(quiet) {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				color := int((now / L) & 1)
+				if color<<2 != tos {
+					tos = color << 2
+					var serr error
+					if err := raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS, tos) }); err != nil {
+						return err
+					}
+					if serr != nil {
+						return serr
+					}
+				}
+				copy(buf, fmt.Sprintf("seq %d", seq)) // distinct payloads: distinct hashes
+				_, _ = c.Write(buf)
+				time.Sleep(500 * time.Microsecond)
+			}
+		})
+		if err != nil {
+			t.Errorf("sender: %v", err)
+		}
+	}()
+	return &wg
+}
+
+func taiNs() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_TAI, &ts)
+	return ts.Nano()
+}
+
+// TestLabLossPerPeriod: for every recorded period, the loss from r1's egress and r2's ingress
+// counters equals the drops of the lab's loss program in that period, exactly; samples matched
+// by hash give one-way delays of a veth hop (positive, well below a millisecond on average).
+func TestLabLossPerPeriod(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	pl := upPathLab(t)
+	// Each probe records `periods` periods from its first whole one; loading takes a while on a
+	// busy machine, so they start together and at least 6 periods must be common to both.
+	const periods, common = 10, 6
+	extra := fmt.Sprintf("periods: %d\nhash_bits: 3\n", periods)
+	var r1, r2 *Runner
+	var starting sync.WaitGroup
+	starting.Add(2)
+	go func() { defer starting.Done(); r1 = startRunner(t, pl, "r1", pl.a, "out", extra) }()
+	go func() { defer starting.Done(); r2 = startRunner(t, pl, "r2", pl.b, "in", extra) }()
+	starting.Wait()
+	if r1 == nil || r2 == nil {
+		t.FailNow()
+	}
+
+	// The loss counter, read in the quiet gap at every period boundary.
+	L := int64(labPeriod)
+	quiet := 40 * time.Millisecond
+	dropsAt := map[int64]uint64{} // n -> drops before period n
+	stop := make(chan struct{})
+	wg := sendColored(t, pl, quiet, stop)
+	sampler := make(chan struct{})
+	go func() {
+		defer close(sampler)
+		first := taiNs()/L + 1
+		for n := first; n < first+periods+6; n++ {
+			(taiClock{}).Until(n*L+int64(quiet)/4, nil)
+			dropsAt[n] = pl.drops(t)
+		}
+	}()
+	r1.Wait()
+	r2.Wait()
+	close(stop)
+	wg.Wait()
+	<-sampler
+
+	p1, _ := r1.Store().Periods()
+	p2, _ := r2.Store().Periods()
+	var both []int64
+	for _, n := range p1 {
+		if slices.Contains(p2, n) {
+			both = append(both, n)
+		}
+	}
+	if len(both) < common {
+		t.Fatalf("periods recorded on both probes: %v (r1 %v, r2 %v)", both, p1, p2)
+	}
+	var lossTotal int64
+	var delays []int64
+	for _, n := range both {
+		a, err := r1.Store().Read(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := r2.Store().Read(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(a.Counters) != 1 || len(b.Counters) != 1 {
+			t.Fatalf("period %d: counters %+v and %+v", n, a.Counters, b.Counters)
+		}
+		out, in := a.Counters[0].Packets, b.Counters[0].Packets
+		d0, ok0 := dropsAt[n]
+		d1, ok1 := dropsAt[n+1]
+		if !ok0 || !ok1 {
+			t.Errorf("period %d: no loss counter reading at its boundaries", n)
+			continue
+		}
+		drops := int64(d1 - d0)
+		t.Logf("period %d (color %d): r1 out %d, r2 in %d, loss %d, loss program drops %d; samples %d/%d at %d/%d bits",
+			n, a.Color, out, in, out-in, drops, len(a.Samples), len(b.Samples), a.Counters[0].HashBits, b.Counters[0].HashBits)
+		if out < 100 {
+			t.Errorf("period %d: only %d packets counted on r1", n, out)
+		}
+		if out-in != drops {
+			t.Errorf("period %d: loss from the probes %d, the loss program dropped %d", n, out-in, drops)
+		}
+		lossTotal += drops
+		at := map[int64]int64{}
+		for _, s := range b.Samples {
+			at[s.Hash] = s.TAINs
+		}
+		for _, s := range a.Samples {
+			if t2, ok := at[s.Hash]; ok {
+				delays = append(delays, t2-s.TAINs)
+			}
+		}
+	}
+	if lossTotal == 0 {
+		t.Errorf("the loss program dropped nothing: no loss was measured")
+	}
+	if len(delays) < 20 {
+		t.Fatalf("only %d samples matched by hash", len(delays))
+	}
+	slices.Sort(delays)
+	med, p99 := delays[len(delays)/2], delays[len(delays)*99/100]
+	t.Logf("one-way delay r1 egress -> r2 ingress over %d matched samples: min %v median %v p99 %v max %v",
+		len(delays), time.Duration(delays[0]), time.Duration(med), time.Duration(p99), time.Duration(delays[len(delays)-1]))
+	if delays[0] < 0 || med > int64(time.Millisecond) {
+		t.Errorf("implausible one-way delays: min %v, median %v", time.Duration(delays[0]), time.Duration(med))
+	}
+}
+
+// TestLabIperfBothCPUs: two iperf3 TCP transfers pinned to different CPUs through the lossy
+// link; the per-CPU counters on r1's egress and r2's ingress (both colors) still differ by
+// exactly the loss program's drops, and both CPUs counted.
+func TestLabIperfBothCPUs(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	testenv.Need(t, "iperf3", "taskset")
+	pl := upPathLab(t)
+	spec := func(ifc *topo.Iface, dir string) ProbeSpec {
+		s := testSpec()
+		s.Points = []Point{{pl.IfName(ifc), dir}}
+		return s
+	}
+	var p1, p2 *Probe
+	open := func(node string, s ProbeSpec, dst **Probe) {
+		if err := nsrun.Do(pl.Netns(node), func() error {
+			p, err := LoadProbe(s, true)
+			if err != nil {
+				return err
+			}
+			*dst = p
+			return p.Attach()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { (*dst).Close() })
+	}
+	open("r1", spec(pl.a, "out"), &p1)
+	open("r2", spec(pl.b, "in"), &p2)
+	d0 := pl.drops(t)
+
+	h2, err := pl.Node("h2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := h2.Ifaces[0].IPv4.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	for cpu := range 2 {
+		port := fmt.Sprint(26301 + cpu)
+		srv, err := pl.Command(ctx, "h2", "iperf3", "-s", "-1", "-p", port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { _ = srv.Wait() }()
+			for try := 0; try < 50; try++ {
+				cli, err := pl.Command(ctx, "h1", "taskset", "-c", fmt.Sprint(cpu), "iperf3", "-c", dst, "-p", port, "-t", "3", "-P", "2", "--tos", "4")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				out, err := cli.CombinedOutput()
+				if err == nil {
+					return
+				}
+				if !strings.Contains(strings.ToLower(string(out)), "refused") && !strings.Contains(strings.ToLower(string(out)), "unable to connect") {
+					t.Errorf("iperf3 on CPU %d: %v\n%s", cpu, err, out)
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	// Wait for the link to go quiet (the last ACKs, FINs, a late neighbour message): the counts
+	// and the drops are read when neither changed for 200 ms.
+	peek := func() (n uint64) {
+		var key probeAmCountKey
+		var vals []probeAmCount
+		for _, p := range []*Probe{p1, p2} {
+			it := p.objs.AmCounts.Iterate()
+			for it.Next(&key, &vals) {
+				for _, v := range vals {
+					n += v.Packets
+				}
+			}
+		}
+		return n + pl.drops(t)
+	}
+	for prev, try := peek(), 0; try < 50; try++ {
+		time.Sleep(200 * time.Millisecond)
+		if cur := peek(); cur == prev {
+			break
+		} else {
+			prev = cur
+		}
+	}
+	d1 := pl.drops(t)
+
+	total := func(p *Probe) (int64, []uint64) {
+		var n int64
+		var perCPU []uint64
+		var key probeAmCountKey
+		var vals []probeAmCount
+		it := p.objs.AmCounts.Iterate()
+		for it.Next(&key, &vals) {
+			if perCPU == nil {
+				perCPU = make([]uint64, len(vals))
+			}
+			for i, v := range vals {
+				perCPU[i] += v.Packets
+			}
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		for c := range int64(2) {
+			cs, _, err := p.Read(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range cs {
+				n += r.Packets
+			}
+		}
+		return n, perCPU
+	}
+	out, cpus1 := total(p1)
+	in, cpus2 := total(p2)
+	t.Logf("r1 out %d packets (per CPU %v), r2 in %d (per CPU %v), loss %d, drops %d (of which the veth's %d)", out, cpus1, in, cpus2, out-in, d1-d0, pl.vethDrops(t))
+	if out-in != int64(d1-d0) {
+		t.Errorf("loss from the probes %d, the loss program dropped %d", out-in, d1-d0)
+	}
+	if len(cpus1) < 2 || cpus1[0] == 0 || cpus1[1] == 0 {
+		t.Errorf("r1's probe did not count on both CPUs: %v", cpus1)
+	}
+	if out < 10000 {
+		t.Errorf("only %d packets", out)
+	}
+}
