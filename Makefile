@@ -42,7 +42,7 @@ lint: setup generate ## gofmt, go vet, staticcheck, clang-format
 	$(GO) tool staticcheck ./...
 	clang-format --dry-run --Werror $$(find bpf -name '*.c' -o -name '*.h' | grep -v vmlinux.h)
 	@# One BPF flag set: every bpf2go line carries the same -cflags.
-	@test "$$(grep -ho -- '-cflags "[^"]*"' internal/*/gen.go | sort -u | wc -l)" = 1 || { grep -H -- '-cflags' internal/*/gen.go; echo 'lint: the go:generate lines differ in -cflags; use one set'; exit 1; }
+	@test "$$(grep -ho -- '-cflags "[^"]*"' internal/*/*gen.go | sort -u | wc -l)" = 1 || { grep -H -- '-cflags' internal/*/*gen.go; echo 'lint: the go:generate lines differ in -cflags; use one set'; exit 1; }
 
 demo: setup build ## run the main job: a lab, iperf3 through it, the figures, teardown
 	@examples/demo.sh

@@ -1,0 +1,284 @@
+package altmark
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/flowplane/flowplane/internal/match"
+	"github.com/flowplane/flowplane/internal/pin"
+	"github.com/flowplane/flowplane/internal/runstate"
+	"github.com/flowplane/flowplane/internal/stats"
+	"golang.org/x/sys/unix"
+)
+
+// markSubsystem names the marker's pins (/sys/fs/bpf/flowplane/altmark-mark/<netns>/<dev>/)
+// and records (/run/flowplane/altmark-mark/<netns>-<dev>.json); the probe keeps its own.
+const markSubsystem = "altmark-mark"
+
+// MarkRecord is what `altmark mark` leaves for status and remove.
+type MarkRecord struct {
+	Dev    string     `json:"dev"`
+	Netns  string     `json:"netns"`
+	Config MarkConfig `json:"config"`
+}
+
+// MarkStatus is one marker and its counters.
+type MarkStatus struct {
+	MarkRecord
+	Flows    int               `json:"flows"` // flows in the per-flow table
+	Counters map[string]uint64 `json:"counters"`
+}
+
+// markCounterNames are the enum mark_reason names as status shows them, in enum order.
+var markCounterNames = []string{"seen", "color0", "color1", "double", "inserted", "updated", "flow_full",
+	"marked", "not_ip", "not_selected", "backbone", "wrong_family", "malformed", "too_big", "no_position", "adjust_failed"}
+
+func carrierCode(s string) markerAmCarrier {
+	switch s {
+	case carrierIPv4Flag:
+		return markerAmCarrierAM_CARRIER_IPV4FLAG
+	case carrierIPv6AltMrk:
+		return markerAmCarrierAM_CARRIER_IPV6ALTMARK
+	}
+	return markerAmCarrierAM_CARRIER_DSCP
+}
+
+// lpmKey is p as the marker's LPM tries hold it: IPv4 as IPv4-mapped IPv6.
+func lpmKey(p netip.Prefix) markerMarkLpmKey {
+	a, bits := p.Addr(), p.Bits()
+	if a.Is4() {
+		a = netip.AddrFrom16(a.As16())
+		bits += 96
+	}
+	return markerMarkLpmKey{Prefixlen: uint32(bits), Addr: a.As16()}
+}
+
+// openMarker loads the marker with s's constants and prefixes (nothing attached).
+func openMarker(s MarkSpec) (*markerObjects, error) {
+	spec, err := loadMarker()
+	if err != nil {
+		return nil, fmt.Errorf("load marker spec: %w", err)
+	}
+	var protos [8]uint32
+	for _, p := range s.Protocols {
+		protos[p/32] |= 1 << (p % 32)
+	}
+	for name, v := range map[string]any{
+		"period_ns": s.PeriodNs, "start_color": s.StartColor, "carrier": uint32(carrierCode(s.Carrier)),
+		"color_mask": s.ColorMask, "delay_mask": s.DelayMask, "hop_by_hop": boolU32(s.HopByHop),
+		"mtu": s.MTU, "flowmon_id": s.FlowMonID, "per_flow_id": boolU32(s.PerFlow),
+		"flowmon_first": s.FlowMonFirst, "flowmon_count": max(s.FlowMonCount, 1),
+		"double_packets": s.DoublePackets, "any_proto": boolU32(len(s.Protocols) == 0), "proto_mask": protos,
+		"sel_src": boolU32(len(s.Src) > 0), "sel_dst": boolU32(len(s.Dst) > 0), "sel_backbone": boolU32(len(s.Backbone) > 0),
+		"sel_ports": boolU32(s.SrcPorts != match.AnyPort || s.DstPorts != match.AnyPort),
+		"sport_lo":  s.SrcPorts.Lo, "sport_hi": s.SrcPorts.Hi, "dport_lo": s.DstPorts.Lo, "dport_hi": s.DstPorts.Hi,
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	objs := &markerObjects{}
+	if err := spec.LoadAndAssign(objs, nil); err != nil {
+		return nil, fmt.Errorf("load marker: %w", err)
+	}
+	for _, l := range []struct {
+		m  *ebpf.Map
+		ps []netip.Prefix
+	}{{objs.MarkSrc, s.Src}, {objs.MarkDst, s.Dst}, {objs.MarkBackbone, s.Backbone}} {
+		for _, p := range l.ps {
+			if err := l.m.Update(lpmKey(p), uint8(1), ebpf.UpdateAny); err != nil {
+				objs.Close()
+				return nil, fmt.Errorf("add prefix %s: %w", p, err)
+			}
+		}
+	}
+	return objs, nil
+}
+
+// netnsName names the calling thread's network namespace (pin.Netns).
+func netnsName() (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return "", fmt.Errorf("identify network namespace: %w", err)
+	}
+	return pin.Netns(st.Ino), nil
+}
+
+func markPin(ns, dev string) []string      { return []string{markSubsystem, ns, dev} }
+func markRecordName(ns, dev string) string { return ns + "-" + dev }
+
+// ErrMarked says the device has a marker already.
+var ErrMarked = errors.New("device already marked")
+
+// CheckMarkDevice returns dev's index, or a usage-grade error: no such interface, or a marker
+// on it already.
+func CheckMarkDevice(dev string) (int, error) {
+	ifc, err := net.InterfaceByName(dev)
+	if err != nil {
+		return 0, fmt.Errorf("interface %q: no such network interface in this network namespace", dev)
+	}
+	ns, err := netnsName()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := os.Stat(filepath.Join(pin.Path(markPin(ns, dev)...), "link")); err == nil {
+		return 0, fmt.Errorf("%w: %s has a marker; run `flowplane altmark mark remove --dev %s` first", ErrMarked, dev, dev)
+	}
+	return ifc.Index, nil
+}
+
+// Mark loads the marker for c and attaches it at the head of dev's tcx egress (before a probe
+// on the same device, which then counts the colored packet), pinning link and maps per
+// network namespace and device. Anything that fails undoes what came before it.
+func Mark(dev string, c *MarkConfig) (err error) {
+	idx, err := CheckMarkDevice(dev)
+	if err != nil {
+		return err
+	}
+	ns, err := netnsName()
+	if err != nil {
+		return err
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("remove memlock limit: %w", err)
+	}
+	objs, err := openMarker(c.Spec())
+	if err != nil {
+		return err
+	}
+	defer objs.Close()
+	defer func() {
+		if err != nil {
+			_ = pin.Remove(markPin(ns, dev)...)
+		}
+	}()
+	tl, err := link.AttachTCX(link.TCXOptions{Interface: idx, Program: objs.AltmarkMark, Attach: ebpf.AttachTCXEgress, Anchor: link.Head()})
+	if err != nil {
+		return fmt.Errorf("attach marker to %s egress: %w", dev, err)
+	}
+	defer tl.Close() // the pin keeps it attached
+	dir, err := pin.Dir(markPin(ns, dev)...)
+	if err != nil {
+		return err
+	}
+	for name, pinner := range map[string]interface{ Pin(string) error }{"stats": objs.MarkStats, "flows": objs.MarkFlows, "link": tl} {
+		if err := pinner.Pin(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("pin %s: %w", name, err)
+		}
+	}
+	return runstate.Save(markSubsystem, markRecordName(ns, dev), &MarkRecord{Dev: dev, Netns: ns, Config: *c})
+}
+
+// RemoveMark detaches the marker from dev in this network namespace; os.ErrNotExist if there
+// is none.
+func RemoveMark(dev string) error {
+	ns, err := netnsName()
+	if err != nil {
+		return err
+	}
+	dir := pin.Path(markPin(ns, dev)...)
+	_, statErr := os.Stat(dir)
+	found := statErr == nil
+	var errs []error
+	if tl, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); err == nil {
+		errs = append(errs, tl.Unpin())
+		tl.Close() // the last reference: detached
+	}
+	if _, err := os.Stat(runstate.Path(markSubsystem, markRecordName(ns, dev))); err == nil {
+		found = true
+	}
+	if !found {
+		return os.ErrNotExist
+	}
+	errs = append(errs, pin.Remove(markPin(ns, dev)...), runstate.Remove(markSubsystem, markRecordName(ns, dev)))
+	return errors.Join(errs...)
+}
+
+// ReadMarkStatus reads every marker of this network namespace.
+func ReadMarkStatus() ([]MarkStatus, error) {
+	ns, err := netnsName()
+	if err != nil {
+		return nil, err
+	}
+	names, err := runstate.Names(markSubsystem)
+	if err != nil {
+		return nil, err
+	}
+	out := []MarkStatus{}
+	slices.Sort(names)
+	for _, n := range names {
+		if !strings.HasPrefix(n, ns+"-") {
+			continue
+		}
+		var st MarkStatus
+		if err := runstate.Load(markSubsystem, n, &st.MarkRecord); err != nil {
+			return nil, err
+		}
+		st.Config.Period = Duration(time.Duration(st.Config.PeriodMs) * time.Millisecond)
+		dir := pin.Path(markPin(ns, st.Dev)...)
+		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "stats"), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			return nil, fmt.Errorf("marker on %s: open counters: %w", st.Dev, err)
+		}
+		st.Counters, err = markCounters(m)
+		m.Close()
+		if err != nil {
+			return nil, err
+		}
+		if fm, err := ebpf.LoadPinnedMap(filepath.Join(dir, "flows"), &ebpf.LoadPinOptions{ReadOnly: true}); err == nil {
+			var k markerMarkFlowKey
+			it := fm.Iterate()
+			for it.Next(&k, new(markerMarkFlow)) {
+				st.Flows++
+			}
+			fm.Close()
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// markCounters sums the per-CPU counters of a marker's stats map by name.
+func markCounters(m *ebpf.Map) (map[string]uint64, error) {
+	c := make(map[string]uint64, len(markCounterNames))
+	for i, name := range markCounterNames {
+		n, err := stats.Sum(m, uint32(i))
+		if err != nil {
+			return nil, err
+		}
+		c[name] = n
+	}
+	return c, nil
+}
+
+// MarkerProgram is a loaded marker that is not attached (benchmarks run it with
+// BPF_PROG_TEST_RUN).
+type MarkerProgram struct {
+	Prog *ebpf.Program
+	objs *markerObjects
+}
+
+// LoadMarkerProgram loads the marker for c without attaching it.
+func LoadMarkerProgram(c *MarkConfig) (*MarkerProgram, error) {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	objs, err := openMarker(c.Spec())
+	if err != nil {
+		return nil, err
+	}
+	return &MarkerProgram{Prog: objs.AltmarkMark, objs: objs}, nil
+}
+
+// Close frees the program and its maps.
+func (m *MarkerProgram) Close() error { return m.objs.Close() }
