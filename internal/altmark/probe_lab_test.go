@@ -141,18 +141,21 @@ const labPeriod = 400 * time.Millisecond
 // colored for the period it leaves in as a marker would color it, and none within quiet of a
 // period boundary, so every packet is in the network well inside its period. mode is "dscp4"
 // (IP_TOS), "dscp6" (IPV6_TCLASS) or "altmark6": the RFC 9343 option in a Destination Options
-// header the kernel inserts (IPV6_DSTOPTS), FlowMonID labFlowMon, L = the color.
+// header the kernel inserts (IPV6_DSTOPTS), FlowMonID labFlowMon, L = the color; or "marked4":
+// uncolored IPv4, which the marker on h1 colors.
 func sendColored(t *testing.T, pl *pathLab, mode string, quiet time.Duration, stop <-chan struct{}) *sync.WaitGroup {
 	h2, err := pl.Node("h2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	network, dst := "udp4", h2.Ifaces[0].IPv4.Addr().String()
-	if mode != "dscp4" {
+	if mode != "dscp4" && mode != "marked4" {
 		network, dst = "udp6", h2.Ifaces[0].IPv6.Addr().String()
 	}
 	setColor := func(fd int, color int) error {
 		switch mode {
+		case "marked4":
+			return nil
 		case "dscp4":
 			return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, color<<2)
 		case "dscp6":
@@ -184,7 +187,7 @@ func sendColored(t *testing.T, pl *pathLab, mode string, quiet time.Duration, st
 					return nil
 				default:
 				}
-				now := taiNs()
+				now := tai()
 				phase := now % L
 				if phase < int64(quiet) || phase > L-int64(quiet) {
 					time.Sleep(time.Millisecond)
@@ -214,16 +217,12 @@ func sendColored(t *testing.T, pl *pathLab, mode string, quiet time.Duration, st
 
 const labFlowMon = 0xabcde
 
-func taiNs() int64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_TAI, &ts)
-	return ts.Nano()
-}
 
 // TestLabLossPerPeriod: for every recorded period, the loss from r1's egress and r2's ingress
 // counters equals the drops of the lab's loss program in that period, exactly; samples matched
 // by hash give one-way delays of a veth hop (positive, well below a millisecond on average).
-// With the dscp carrier over IPv4 and IPv6, and the ipv6-altmark carrier (per FlowMonID), one
+// With the dscp carrier over IPv4 and IPv6 and the ipv6-altmark carrier (per FlowMonID), colored
+// by the sender's socket, and the ipv4-flag carrier written by the marker on h1's egress; one
 // after the other on one lab.
 func TestLabLossPerPeriod(t *testing.T) {
 	t.Parallel()
@@ -231,6 +230,7 @@ func TestLabLossPerPeriod(t *testing.T) {
 	pl := upPathLab(t)
 	for _, c := range []struct{ name, mode, carrier string }{
 		{"dscp IPv4", "dscp4", "dscp"}, {"dscp IPv6", "dscp6", "dscp"}, {"ipv6-altmark", "altmark6", "ipv6-altmark"},
+		{"ipv4-flag by the marker", "marked4", "ipv4-flag"},
 	} {
 		t.Run(c.name, func(t *testing.T) { lossPerPeriod(t, pl, c.mode, c.carrier) })
 	}
@@ -241,6 +241,9 @@ func lossPerPeriod(t *testing.T, pl *pathLab, mode, carrier string) {
 	// busy machine, so they start together and at least 6 periods must be common to both.
 	const periods, common = 10, 6
 	extra := fmt.Sprintf("periods: %d\nhash_bits: 3\ncarrier: %s\n", periods, carrier)
+	if mode == "marked4" {
+		markIn(t, pl.Lab, "h1", labDev(t, pl.Lab, "h1"), fmt.Sprintf("carrier: %s\nperiod: %s\n", carrier, labPeriod))
+	}
 	var r1, r2 *Runner
 	var starting sync.WaitGroup
 	starting.Add(2)
@@ -260,7 +263,7 @@ func lossPerPeriod(t *testing.T, pl *pathLab, mode, carrier string) {
 	sampler := make(chan struct{})
 	go func() {
 		defer close(sampler)
-		first := taiNs()/L + 1
+		first := tai()/L + 1
 		for n := first; n < first+periods+6; n++ {
 			(taiClock{}).Until(n*L+int64(quiet)/4, nil)
 			dropsAt[n] = pl.drops(t)
