@@ -249,14 +249,15 @@ func (b *bench) hostWriter() error {
 	return prio.Host(b.host, b.cg, &prio.HostPolicy{File: "bench", Advertise: []match.Match{match.Any()}})
 }
 
-// policy is the router policy of a scheme, as a user would write it.
+// policy is the router policy of a scheme, as a user would write it; thresholds are pias's
+// (derived from the workload); the other schemes keep their defaults.
 func (b *bench) policy(scheme string, thresholds []uint64) (*prio.RouterPolicy, error) {
 	limit := b.c.limit
 	if scheme == "fifo" {
 		limit = b.c.fifoLimit
 	}
 	y := fmt.Sprintf("scheme: %s\nleaves: %d\nlimit: %d\ntrust: [198.18.0.0/15]\n", scheme, b.c.leaves, limit)
-	if len(thresholds) > 0 && (scheme == "pias" || scheme == "backlog") {
+	if len(thresholds) > 0 && scheme == "pias" {
 		var ts []string
 		for _, t := range thresholds {
 			ts = append(ts, strconv.FormatUint(t, 10))

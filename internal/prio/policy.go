@@ -54,7 +54,11 @@ type RouterPolicy struct {
 
 // Defaults of the router policy.
 var (
-	defaultBacklogThresholds = []uint64{10e3, 100e3, 1e6}
+	// A bulk flow's advertised backlog saturates at its send buffer (hundreds of KB to
+	// tcp_wmem's 4 MB as autotuning grows it), so an edge near that size would split bulk
+	// flows by buffer, not by what is left to send, and strict priority between those bands
+	// starves the flows above the edge (measured: docs/prio.md). The edges stay well below.
+	defaultBacklogThresholds = []uint64{10e3, 100e3}
 	// PIAS's thresholds for the web-search workload at 60-80 % load are around 1 and 5
 	// packets' worth for two queues; these three edges (short, medium, long) follow the
 	// size classes of the experiments (docs/prio.md).
