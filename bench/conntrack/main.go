@@ -361,7 +361,7 @@ func (b *bench) setMode(ctx context.Context, mode string) (func(), error) {
 			_, _ = b.cmd(context.Background(), "r1", "conntrack", "-F")
 		}, nil
 	case "flowplane":
-		return b.startFlowplane(&conntrack.Config{})
+		return b.startFlowplane(&conntrack.Config{Hook: conntrack.HookXDP})
 	}
 	return nil, fmt.Errorf("unknown mode %s", mode)
 }

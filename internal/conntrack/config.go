@@ -47,7 +47,8 @@ type Config struct {
 	Outside []string
 	// Mode is "firewall" (drop what the policy refuses) or "track" (observe only).
 	Mode string
-	// Hook is where the program runs: "xdp" (default) or "tc" (tcx ingress, after GRO).
+	// Hook is where the program runs: "auto" (default: per interface, XDP where it can forward
+	// at full speed, tc elsewhere), "xdp", or "tc" (tcx ingress, after GRO).
 	Hook string
 	// Liberal accepts TCP segments outside the tracked window (nf's tcp_be_liberal).
 	Liberal bool
@@ -143,8 +144,8 @@ func decodeConfig(file string, data []byte) (*Config, error) {
 			}
 		case "hook":
 			if s, ok := el.Scalar(v, key); ok {
-				if s != HookXDP && s != HookTC {
-					el.Add(v.Line, key, "%q: want %s or %s", s, HookXDP, HookTC)
+				if s != HookAuto && s != HookXDP && s != HookTC {
+					el.Add(v.Line, key, "%q: want %s, %s or %s", s, HookAuto, HookXDP, HookTC)
 				}
 				c.Hook = s
 			}
@@ -205,7 +206,7 @@ type PortRule struct {
 // resolved is a validated Config, in the BPF program's terms.
 type resolved struct {
 	trackOnly bool
-	hook      string // HookXDP or HookTC
+	hook      string // HookAuto, HookXDP or HookTC
 	liberal   bool
 	loose     bool
 	timeouts  [len(ctCtConfig{}.Timeout)]uint32
@@ -266,12 +267,14 @@ func (c *Config) resolve() (*resolved, error) {
 		return nil, fmt.Errorf("mode %q: want firewall or track", c.Mode)
 	}
 	switch c.Hook {
-	case "", HookXDP:
+	case "", HookAuto:
+		r.hook = HookAuto
+	case HookXDP:
 		r.hook = HookXDP
 	case HookTC:
 		r.hook = HookTC
 	default:
-		return nil, fmt.Errorf("hook %q: want xdp or tc", c.Hook)
+		return nil, fmt.Errorf("hook %q: want auto, xdp or tc", c.Hook)
 	}
 	over := map[string]time.Duration{}
 	names := make([]string, 0, len(c.Timeouts))
