@@ -209,6 +209,9 @@ func protoNumber(p string) int {
 // withTables runs fn on this namespace's pinned tables and closes them after.
 func withTables(fn func(t *Tables) error) error {
 	t, err := OpenPinned()
+	if errors.Is(err, ErrNoInstance) {
+		return cli.Usage(err)
+	}
 	if err != nil {
 		return err
 	}

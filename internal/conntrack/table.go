@@ -22,6 +22,10 @@ type Tables struct {
 	ownSweep bool          // sweep was loaded here: Close closes it
 }
 
+// ErrNoInstance: this network namespace has no pinned conntrack tables. The commands that
+// need them exit with code 2, as for any other usage error.
+var ErrNoInstance = errors.New("no conntrack instance in this network namespace")
+
 // OpenPinned opens the tables of the calling thread's namespace's instance.
 func OpenPinned() (*Tables, error) {
 	dir, err := PinDir()
@@ -37,7 +41,7 @@ func OpenPinned() (*Tables, error) {
 		if err != nil {
 			t.Close()
 			if errors.Is(err, os.ErrNotExist) {
-				return nil, fmt.Errorf("no conntrack instance in this network namespace (%s): start `flowplane conntrack run` here", dir)
+				return nil, fmt.Errorf("%w (%s): start `flowplane conntrack run` here", ErrNoInstance, dir)
 			}
 			return nil, fmt.Errorf("open %s: %w", m.name, err)
 		}
