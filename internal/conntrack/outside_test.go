@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/lab/labtest"
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/testenv"
 )
@@ -155,8 +156,9 @@ func startRun(t *testing.T, l launcher, bin, ns string, args ...string) *ctRun {
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	ready := make(chan struct{})
+	ready, scanned := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(pr)
 		once := sync.Once{}
 		for sc.Scan() {
@@ -174,6 +176,7 @@ func startRun(t *testing.T, l launcher, bin, ns string, args ...string) *ctRun {
 	case <-ready:
 	case err := <-r.done:
 		r.done <- err
+		<-scanned
 		t.Fatalf("%s conntrack run exited: %v\n%s", l.name, err, r.output())
 	case <-time.After(60 * time.Second):
 		t.Fatalf("%s conntrack run not attached after 60 s:\n%s", l.name, r.output())
@@ -243,19 +246,46 @@ func udpPorts(es []Entry) map[uint16]bool {
 	return m
 }
 
-// TestLaunchers: one instance per network namespace whoever starts it. Round i starts `run`
-// with launcher i, opens a UDP flow, lists with launcher i+1 (which must see the flows of
-// every earlier round: the table survived each restart), reads stats with launcher i+2 and
-// stops `run`; after the rounds, list works with no `run` attached, flush from one launcher
-// empties the table another lists, and list in a namespace with no instance exits 2.
+// TestLaunchers: one instance per network namespace whoever starts it, on hand-made
+// namespaces (see launcherRounds).
 func TestLaunchers(t *testing.T) {
 	t.Parallel()
 	testenv.Privileged(t)
 	testenv.Need(t, "nsenter", "unshare")
 	bin := flowplaneBin(t)
 	n := newPlainNet(t)
+	launcherRounds(t, bin, launchers, n.R, n.A, []string{"--inside", n.RA, "--outside", n.RB},
+		func(port int) { udpFrom(t, n.A, fmt.Sprintf("%s:%d", n.AddrB, port)) })
+}
+
+// TestLaunchersLab adds `flowplane lab exec` to the launchers, on a lab's router (whose
+// namespace is a named one like any other).
+func TestLaunchersLab(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	testenv.Need(t, "nsenter", "unshare")
+	bin := flowplaneBin(t)
+	l := labtest.Up(t, labtest.HostRouterHost)
+	r1, h1 := l.Topology.Node("r1"), l.Topology.Node("h1")
+	labExec := launcher{"flowplane lab exec", func(bin, ns string, args ...string) []string {
+		node := strings.TrimPrefix(ns, "fp-"+l.Name()+"-")
+		return append([]string{bin, "lab", "exec", l.Name(), node, "--", bin}, args...)
+	}}
+	ls := append([]launcher{labExec}, launchers...)
+	h2 := labtest.Addr(t, l, "h2", "4")
+	launcherRounds(t, bin, ls, l.Netns("r1"), l.Netns(h1.Name), []string{"--inside", l.IfName(r1.Ifaces[0]), "--outside", l.IfName(r1.Ifaces[1])},
+		func(port int) { udpFrom(t, l.Netns("h1"), fmt.Sprintf("%s:%d", h2, port)) })
+}
+
+// launcherRounds: round i starts `run` in namespace r with launcher i, opens a UDP flow
+// (send), lists with launcher i+1 (which must see the flows of every earlier round: the table
+// survived each restart), reads stats with launcher i+2 and stops `run`, after which the
+// table is still listed. Then stats says no run is attached, flush from one launcher empties
+// the table another lists, and list in namespace empty (no instance) exits 2 from every
+// launcher.
+func launcherRounds(t *testing.T, bin string, ls []launcher, r, empty string, args []string, send func(port int)) {
 	t.Cleanup(func() {
-		_ = nsrun.Do(n.R, func() error {
+		_ = nsrun.Do(r, func() error {
 			inst, err := Instance()
 			if err != nil {
 				return err
@@ -264,15 +294,15 @@ func TestLaunchers(t *testing.T) {
 		})
 	})
 	want := map[uint16]bool{}
-	for i, l := range launchers {
-		other, third := launchers[(i+1)%len(launchers)], launchers[(i+2)%len(launchers)]
-		r := startRun(t, l, bin, n.R, "--inside", n.RA, "--outside", n.RB, "--timeout", "udp_unreplied=10m")
+	for i, l := range ls {
+		other, third := ls[(i+1)%len(ls)], ls[(i+2)%len(ls)]
+		run := startRun(t, l, bin, r, append(args, "--timeout", "udp_unreplied=10m")...)
 		port := uint16(7000 + i)
-		udpFrom(t, n.A, fmt.Sprintf("%s:%d", n.AddrB, port))
+		send(int(port))
 		want[port] = true
 		var got map[uint16]bool
 		deadline := time.Now().Add(5 * time.Second)
-		for got = udpPorts(listJSON(t, other, bin, n.R)); len(got) < len(want) && time.Now().Before(deadline); got = udpPorts(listJSON(t, other, bin, n.R)) {
+		for got = udpPorts(listJSON(t, other, bin, r)); len(got) < len(want) && time.Now().Before(deadline); got = udpPorts(listJSON(t, other, bin, r)) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		for p := range want {
@@ -280,7 +310,7 @@ func TestLaunchers(t *testing.T) {
 				t.Errorf("round %d (run by %s): list by %s misses the flow to port %d (got %v)", i, l.name, other.name, p, got)
 			}
 		}
-		out, code := ctl(t, third, bin, n.R, "conntrack", "stats", "--json")
+		out, code := ctl(t, third, bin, r, "conntrack", "stats", "--json")
 		var st struct {
 			Running    bool        `json:"running"`
 			Interfaces []IfaceHook `json:"interfaces"`
@@ -292,23 +322,23 @@ func TestLaunchers(t *testing.T) {
 		if !st.Running || len(st.Interfaces) != 2 || st.Entries["unconfirmed"] < len(want) {
 			t.Errorf("round %d: stats by %s: %s", i, third.name, out)
 		}
-		r.stop(t)
-		if got := udpPorts(listJSON(t, third, bin, n.R)); len(got) != len(want) {
+		run.stop(t)
+		if got := udpPorts(listJSON(t, third, bin, r)); len(got) != len(want) {
 			t.Errorf("round %d: after run (%s) stopped, list by %s: %v, want %v", i, l.name, third.name, got, want)
 		}
 	}
-	out, code := ctl(t, launchers[1], bin, n.R, "conntrack", "stats", "--json")
+	out, code := ctl(t, ls[1], bin, r, "conntrack", "stats", "--json")
 	if code != 0 || !strings.Contains(out, `"running":false`) {
 		t.Errorf("stats with no run attached: exit %d, %s", code, out)
 	}
-	if out, code := ctl(t, launchers[2], bin, n.R, "conntrack", "flush"); code != 0 || !strings.Contains(out, fmt.Sprintf("%d flow entries have been deleted", len(want))) {
+	if out, code := ctl(t, ls[2], bin, r, "conntrack", "flush"); code != 0 || !strings.Contains(out, fmt.Sprintf("%d flow entries have been deleted", len(want))) {
 		t.Errorf("flush: exit %d, %q", code, out)
 	}
-	if es := listJSON(t, launchers[0], bin, n.R); len(es) != 0 {
+	if es := listJSON(t, ls[0], bin, r); len(es) != 0 {
 		t.Errorf("list after flush: %v", es)
 	}
-	for _, l := range launchers {
-		if _, code := ctl(t, l, bin, n.A, "conntrack", "list"); code != 2 {
+	for _, l := range ls {
+		if _, code := ctl(t, l, bin, empty, "conntrack", "list"); code != 2 {
 			t.Errorf("%s: list in a namespace without an instance: exit %d, want 2", l.name, code)
 		}
 	}
