@@ -177,4 +177,3 @@ func loadFloorWith(d *conntrack.Datapath, ifindexes ...int) (*floorObjects, erro
 	}
 	return &objs, nil
 }
-
