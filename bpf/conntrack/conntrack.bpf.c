@@ -175,7 +175,8 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 			return V_ALLOW; /* nf's NFCT_TCP_IGNORE: passes, no refresh */
 		}
 		if (reason < 0) {
-			destroy(confirmed ? (void *)&ct_main : (void *)&ct_emb, &p->key, e);
+			destroy(confirmed ? (void *)&ct_main : (void *)&ct_emb, &p->key, e,
+				!confirmed);
 			/* A RST ended a connection that never had a reply. */
 			if (p->tcp_rst)
 				return V_ALLOW;
@@ -431,7 +432,7 @@ __noinline int ct_sweep_key(struct ct_key *key, __u32 table, __u64 now)
 	e = bpf_map_lookup_elem(map, key);
 	if (!e || e->expires > now)
 		return 0;
-	return destroy(map, key, e);
+	return destroy(map, key, e, table != 0);
 }
 
 /* ct_sweep removes the batch's keys whose entries have expired, with DESTROY events: user space

@@ -263,6 +263,7 @@ func statsCmd() *cobra.Command {
 					}
 					return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
 						"counters": c, "entries": map[string]int{"confirmed": conf, "unconfirmed": unconf},
+						"unconfirmed_evicted": Evicted(c, unconf),
 						"interfaces": hooks, "running": len(hooks) > 0})
 				}
 				return printStats(cmd.OutOrStdout(), c, conf, unconf, hooks)
@@ -283,6 +284,7 @@ func printStats(w io.Writer, c Counters, conf, unconf int, hooks []IfaceHook) er
 	}
 	fmt.Fprintf(tw, "entries confirmed\t%d\n", conf)
 	fmt.Fprintf(tw, "entries unconfirmed\t%d\n", unconf)
+	fmt.Fprintf(tw, "unconfirmed_evicted\t%d\n", Evicted(c, unconf))
 	for _, n := range StatNames {
 		fmt.Fprintf(tw, "%s\t%d\n", n, c[n])
 	}
