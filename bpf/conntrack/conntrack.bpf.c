@@ -58,7 +58,7 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 	__u16 sport = 0, dport = 0;
 	__u64 expires;
 	__u32 dir, state = 0;
-	int confirmed, reason;
+	int confirmed, reason, ignored = 0;
 
 	cfg = bpf_map_lookup_elem(&ct_settings, &zero);
 	if (l4proto == IPPROTO_TCP) {
@@ -174,7 +174,13 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 			fp_count(&ct_stats, CT_STAT_WINDOW_IGNORED);
 			return V_ALLOW; /* nf's NFCT_TCP_IGNORE: passes, no refresh */
 		}
-		if (reason < 0) {
+		if (reason == -3) {
+			/* nf's TCP_CONNTRACK_IGNORE: passes, and a reply marks the reply seen, but
+			 * nothing is counted or refreshed (nf returns before nf_ct_refresh_acct).
+			 */
+			fp_count(&ct_stats, CT_STAT_TCP_IGNORED);
+			ignored = 1;
+		} else if (reason < 0) {
 			destroy(confirmed ? (void *)&ct_main : (void *)&ct_emb, &p->key, e,
 				!confirmed);
 			/* A RST ended a connection that never had a reply. */
@@ -182,22 +188,26 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 				return V_ALLOW;
 			goto open;
 		}
-		if (reason) {
+		if (reason > 0) {
 			fp_count(&ct_stats, reason);
 			return V_DROP;
 		}
 	}
-	__sync_fetch_and_add(&e->packets[dir & 1], 1);
-	__sync_fetch_and_add(&e->bytes[dir & 1], p->l3len);
+	if (!ignored) {
+		__sync_fetch_and_add(&e->packets[dir & 1], 1);
+		__sync_fetch_and_add(&e->bytes[dir & 1], p->l3len);
+	}
 	if (dir == 1 && !(e->status & CT_F_SEEN_REPLY)) {
 		__sync_fetch_and_or(&e->status, CT_F_SEEN_REPLY);
 		e->ifindex[1] = ifindex;
 	}
-	if (state == CT_TCP_ESTABLISHED && !(e->status & CT_F_ASSURED))
-		__sync_fetch_and_or(&e->status, CT_F_ASSURED);
-	expires = now + timeout_ns(cfg, entry_timeout_slot(l4proto, state, e->status));
-	if (e->expires != expires) /* the clock ticks per jiffy: spare the store */
-		e->expires = expires;
+	if (!ignored) {
+		if (state == CT_TCP_ESTABLISHED && !(e->status & CT_F_ASSURED))
+			__sync_fetch_and_or(&e->status, CT_F_ASSURED);
+		expires = now + timeout_ns(cfg, entry_timeout_slot(l4proto, state, e->status));
+		if (e->expires != expires) /* the clock ticks per jiffy: spare the store */
+			e->expires = expires;
+	}
 	if (!confirmed && (e->status & CT_F_SEEN_REPLY))
 		return confirm(p, e);
 	return V_ALLOW;

@@ -49,6 +49,8 @@ enum ct_stat {
 	CT_STAT_INV_ICMP,      /* ICMP error matching nothing, or untracked ICMP type */
 	CT_STAT_INV_MALFORMED, /* truncated or inconsistent transport header */
 	CT_STAT_WINDOW_IGNORED, /* TCP old retransmission / delayed ACK: passed untouched (nf) */
+	CT_STAT_TCP_IGNORED,	/* TCP packet nf's state table ignores (a SYN on a live tuple, ...):
+				 * passed and remembered, the timeout not refreshed (nf) */
 	CT_STAT_EMB_REMOVED,	/* unconfirmed entries deleted (confirmed, expired, swept, flushed,
 				 * ...):    new - this - entries left = what the LRU evicted */
 	CT_STAT_MAX,

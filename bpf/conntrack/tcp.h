@@ -360,9 +360,11 @@ static __always_inline void tcp_resync(struct ct_entry *e, __u32 dir)
 #define LAST(index) ((index) + 1) /* ct_entry.last_index of a flag class */
 
 /* ct_tcp_update moves the connection through nf's state table. Returns 0 to allow, a CT_STAT_INV_*
- * reason to refuse, -2 to pass untouched (nf's NFCT_TCP_IGNORE), or -1 when the entry goes: a
- * SYN reopens a closed connection (the caller deletes the entry and starts a new one), or a RST
- * ends a connection that never had a reply (the caller deletes it and passes the RST). */
+ * reason to refuse, -2 to pass untouched (nf's NFCT_TCP_IGNORE), -3 to pass a packet the state
+ * table ignores (nf's TCP_CONNTRACK_IGNORE: remembered in last_*, nothing refreshed), or -1 when
+ * the entry goes: a SYN reopens a closed connection (the caller deletes the entry and starts a new
+ * one), or a RST ends a connection that never had a reply (the caller deletes it and passes the
+ * RST). */
 __noinline int ct_tcp_update(struct ct_entry *e, struct pkt *p, __u32 dir, __u32 liberal,
 			     __u32 *state_out)
 {
@@ -407,7 +409,7 @@ __noinline int ct_tcp_update(struct ct_entry *e, struct pkt *p, __u32 dir, __u32
 					(p->sack_perm ? CT_TCP_F_SACK_PERM : 0);
 		}
 		*state_out = old;
-		return 0;
+		return -3; /* passed, remembered; no refresh, no accounting (nf returns early) */
 	case CT_TCP_MAX:
 		return CT_STAT_INV_TCP_STATE;
 	case CT_TCP_SYN_RECV:

@@ -457,3 +457,106 @@ func TestDifferential(t *testing.T) {
 	}
 	t.Logf("%d packets, delivered by both: %v", len(script), nfDelivered)
 }
+
+// TestDifferentialIgnoredNoRefresh: a packet nf's state table ignores (a SYN on an established
+// tuple) passes but refreshes nothing, where a data segment does: both trackers run the same
+// two connections with a 60 s established timeout, wait 4 s, send the ignored SYN on one and
+// a data segment on the other, and must agree on which of the two timeouts was refreshed.
+func TestDifferentialIgnoredNoRefresh(t *testing.T) {
+	t.Parallel()
+	testenv.Need(t, "nft", "conntrack")
+	l := labtest.Up(t, labtest.XDPRouter)
+	d := &diffLab{t: t, l: l}
+	d.h1, d.h2 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "4")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "4"))
+	d.h16, d.h26 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "6")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "6"))
+	d.setup()
+	const timeout = 60
+	step := func(name, from string, sport uint16, flags string, seq, ack uint32, payload int) dstep {
+		return dstep{name, from, func(d *diffLab) *packet.Builder {
+			src, dst, sp, dp := d.h1.String(), d.h2.String(), sport, uint16(80)
+			if from == "h2" {
+				src, dst, sp, dp = dst, src, dp, sp
+			}
+			b := packet.IP(src, dst).TCP(sp, dp, flags).Seq(seq).Ack(ack)
+			if payload > 0 {
+				b = b.Payload(make([]byte, payload))
+			}
+			return b
+		}}
+	}
+	var open []dstep
+	for _, port := range []uint16{43000, 43001} {
+		open = append(open, step("syn", "h1", port, "S", 100, 0, 0), step("synack", "h2", port, "SA", 900, 101, 0),
+			step("ack", "h1", port, "A", 101, 901, 0))
+	}
+	later := []dstep{
+		step("syn on the established tuple (ignored)", "h1", 43000, "S", 7_000_000, 0, 0),
+		step("data (refreshes)", "h1", 43001, "PA", 101, 901, 100),
+	}
+	// refreshed runs the script and tells, per port, whether its timeout is back near 60 s.
+	refreshed := func(tracker string, timeouts func() map[uint16]float64) map[uint16]bool {
+		for _, s := range open {
+			if !d.send(s) {
+				t.Fatalf("%s: %s not delivered", tracker, s.name)
+			}
+		}
+		time.Sleep(4 * time.Second)
+		for _, s := range later {
+			if !d.send(s) {
+				t.Errorf("%s: %s not delivered", tracker, s.name)
+			}
+		}
+		got := map[uint16]bool{}
+		for port, left := range timeouts() {
+			got[port] = left >= timeout-2 // not refreshed: 56 s or less
+			t.Logf("%s: port %d: %.0f s left", tracker, port, left)
+		}
+		return got
+	}
+	labtest.Run(t, l, "r1", "sysctl", "-qw", fmt.Sprintf("net.netfilter.nf_conntrack_tcp_timeout_established=%d", timeout))
+	nft(t, l, "r1", fmt.Sprintf(nftRules, d.dev["r1:in"]))
+	nf := refreshed("nf_conntrack", func() map[uint16]float64 {
+		m := map[uint16]float64{}
+		for _, line := range strings.Split(labtest.Run(t, l, "r1", "conntrack", "-L", "-p", "tcp"), "\n") {
+			f := strings.Fields(line)
+			for _, port := range []uint16{43000, 43001} {
+				if len(f) > 3 && strings.Contains(line, fmt.Sprintf("sport=%d ", port)) {
+					var v float64
+					fmt.Sscan(f[2], &v)
+					m[port] = v
+				}
+			}
+		}
+		return m
+	})
+	labtest.Run(t, l, "r1", "nft", "delete", "table", "inet", "fpct")
+	_, _ = labtest.Try(l, "r1", "conntrack", "-F")
+
+	c := &ctLab{t: t, l: l, cfg: &Config{Timeouts: map[string]string{"tcp_established": fmt.Sprintf("%ds", timeout)}}}
+	c.start()
+	t.Cleanup(func() {
+		c.stop()
+		_ = nsrun.Do(l.Netns("r1"), func() error {
+			inst, err := Instance()
+			if err == nil {
+				_ = unpinInstance(inst)
+			}
+			return err
+		})
+	})
+	fp := refreshed("flowplane", func() map[uint16]float64 {
+		m := map[uint16]float64{}
+		for _, e := range c.entries() {
+			if e.Proto == "tcp" {
+				m[e.Orig.Sport] = e.Timeout
+			}
+		}
+		return m
+	})
+	if len(nf) != 2 || nf[43000] || !nf[43001] {
+		t.Errorf("nf_conntrack: refreshed %v, want 43000 (ignored SYN) false, 43001 (data) true", nf)
+	}
+	if fmt.Sprint(fp) != fmt.Sprint(nf) {
+		t.Errorf("refreshed: flowplane %v, nf_conntrack %v", fp, nf)
+	}
+}

@@ -43,7 +43,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for name, v := range counters {
 		switch {
-		case name == "forwarded" || name == "passed" || name == "window_ignored":
+		case name == "forwarded" || name == "passed" || name == "window_ignored" || name == "tcp_ignored":
 			ch <- prometheus.MustNewConstMetric(packetsDesc, prometheus.CounterValue, float64(v), name)
 		case name == "policy_drop":
 			ch <- prometheus.MustNewConstMetric(dropsDesc, prometheus.CounterValue, float64(v), "policy")

@@ -338,7 +338,7 @@ type Counters map[string]uint64
 // StatNames are the counters in enum ct_stat order.
 var StatNames = []string{"new", "established", "related", "forwarded", "passed", "policy_drop", "table_full",
 	"expired", "swept", "invalid_no_conn", "invalid_tcp_state", "invalid_window", "invalid_rst",
-	"invalid_synack", "invalid_icmp", "invalid_malformed", "window_ignored", "unconfirmed_removed"}
+	"invalid_synack", "invalid_icmp", "invalid_malformed", "window_ignored", "tcp_ignored", "unconfirmed_removed"}
 
 // Evicted is how many unconfirmed entries the LRU table evicted to make room for new ones
 // (the kernel evicts silently): every entry created there was either removed by conntrack
