@@ -264,7 +264,7 @@ func statsCmd() *cobra.Command {
 					return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
 						"counters": c, "entries": map[string]int{"confirmed": conf, "unconfirmed": unconf},
 						"unconfirmed_evicted": Evicted(c, unconf),
-						"interfaces": hooks, "running": len(hooks) > 0})
+						"interfaces":          hooks, "running": len(hooks) > 0})
 				}
 				return printStats(cmd.OutOrStdout(), c, conf, unconf, hooks)
 			})
