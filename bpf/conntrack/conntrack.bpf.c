@@ -213,6 +213,27 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 	return V_ALLOW;
 }
 
+/* ct_for_us: the frame is addressed to the ingress interface (the kernel's PACKET_HOST), the
+ * only frames the kernel forwards. TC has the skb's pkt_type; XDP compares the destination MAC
+ * with the interface's (ct_ifmac; unchecked where user space did not set it). */
+static __always_inline int ct_for_us(CT_CTX *ctx, struct ethhdr *eth)
+{
+#ifdef CT_HOOK_TC
+	return ctx->pkt_type == 0; /* PACKET_HOST */
+#else
+	__u32 in = ctx->ingress_ifindex;
+	struct ct_ifmac *m;
+
+	if (!eth)
+		return 1;
+	m = bpf_map_lookup_elem(&ct_ifmac, &in);
+	if (!m || !m->set)
+		return 1;
+	return *(__u32 *)eth->h_dest == *(__u32 *)m->mac &&
+	       *(__u16 *)(eth->h_dest + 4) == *(__u16 *)(m->mac + 4);
+#endif
+}
+
 /* ct_beyond: an L3 packet of l3len bytes at l3 would end past the packet. XDP's frame is all
  * in [data, data_end); an skb's may go on in pages, up to ctx->len. */
 static __always_inline int ct_beyond(CT_CTX *ctx, void *l3, __u32 l3len, void *data, void *data_end)
@@ -318,7 +339,7 @@ int conntrack_xdp(CT_CTX *ctx)
 	struct bpf_fib_lookup fib = {};
 	struct iphdr *iph = NULL;
 	struct ipv6hdr *ip6 = NULL;
-	struct ethhdr *eth;
+	struct ethhdr *eth = NULL;
 	struct ct_entry *main = NULL;
 	struct pkt p = {};
 	__u32 src[4] = {}, dst[4] = {};
@@ -346,6 +367,8 @@ int conntrack_xdp(CT_CTX *ctx)
 	c.pos = data;
 	c.end = data_end;
 	eproto = parse_ethhdr(&c, &eth);
+	if (!ct_for_us(ctx, eth))
+		return pass(); /* as ip_rcv: the kernel drops frames for other hosts */
 	if (eproto == bpf_htons(ETH_P_IP)) {
 		void *l3 = c.pos;
 

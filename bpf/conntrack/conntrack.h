@@ -152,6 +152,15 @@ struct ct_port_key {
 	__u8 pad;
 };
 
+/* Value of ct_ifmac: the MAC address of an attached interface, for XDP's stand-in for the
+ * kernel's pkt_type check (only frames addressed to the router are forwarded). */
+#define CT_IFMAC_MAX 4096 /* interfaces with a larger ifindex go unchecked (fail open) */
+struct ct_ifmac {
+	__u8 mac[6];
+	__u8 set;
+	__u8 pad;
+};
+
 /* Key of ct_allow_net: connections from outside to this destination prefix are allowed. IPv4
  * is mapped into ::ffff:0:0/96. */
 struct ct_lpm_key {

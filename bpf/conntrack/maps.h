@@ -66,6 +66,14 @@ struct {
 	__uint(max_entries, 64);
 } tx_ports SEC(".maps");
 
+/* key = ifindex (< CT_IFMAC_MAX), value = struct ct_ifmac: attached interfaces' MACs */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct ct_ifmac);
+	__uint(max_entries, CT_IFMAC_MAX);
+} ct_ifmac SEC(".maps");
+
 /* key = struct ct_port_key, value = 1: outside may open connections to this port */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

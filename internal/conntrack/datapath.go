@@ -207,7 +207,7 @@ func (d *Datapath) loadOther(cfg *resolved) error {
 	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
 		"ct_main": m.CtMain, "ct_emb": m.CtEmb, "ct_settings": m.CtSettings, "ct_ifaces": m.CtIfaces,
 		"tx_ports": m.TxPorts, "ct_allow_port": m.CtAllowPort, "ct_allow_net": m.CtAllowNet,
-		"ct_events": m.CtEvents, "ct_stats": m.CtStats,
+		"ct_events": m.CtEvents, "ct_stats": m.CtStats, "ct_ifmac": m.CtIfmac,
 	}}
 	for n, mp := range opts.MapReplacements {
 		info, err := mp.Info()
@@ -270,6 +270,24 @@ func (d *Datapath) AddInterface(ifindex int, inside bool) error {
 	return d.addInterface(ifindex, inside, d.hook)
 }
 
+// SetMAC tells the XDP program ifindex's MAC address: frames arriving there addressed to
+// another are left to the kernel (which drops them), as the kernel's pkt_type check does.
+// Without it (or for an ifindex ≥ CT_IFMAC_MAX) the XDP program forwards whatever arrives.
+func (d *Datapath) SetMAC(ifindex int, mac net.HardwareAddr) error {
+	if ifindex >= ctIfmacMax || len(mac) != 6 {
+		return nil
+	}
+	v := ctCtIfmac{Set: 1}
+	copy(v.Mac[:], mac)
+	if err := d.objs.CtIfmac.Put(uint32(ifindex), &v); err != nil {
+		return fmt.Errorf("set MAC of interface %d: %w", ifindex, err)
+	}
+	return nil
+}
+
+// ctIfmacMax is CT_IFMAC_MAX of conntrack.h.
+const ctIfmacMax = 4096
+
 // addInterface gives ifindex a role; XDP redirects only into interfaces of the XDP hook (the
 // devmap): what XDP forwards towards a tc interface goes to the kernel (XDP_PASS), tracked.
 func (d *Datapath) addInterface(ifindex int, inside bool, hook string) error {
@@ -309,6 +327,9 @@ func (d *Datapath) AttachHook(ifc *net.Interface, inside bool, hook string) erro
 		return err
 	}
 	if err := d.recordHook(ifc.Index, hook, inside); err != nil {
+		return err
+	}
+	if err := d.SetMAC(ifc.Index, ifc.HardwareAddr); err != nil {
 		return err
 	}
 	if hook == HookTC {

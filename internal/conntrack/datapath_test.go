@@ -2,6 +2,7 @@ package conntrack
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"testing"
 
@@ -647,4 +648,22 @@ func TestRouteCache(t *testing.T) {
 	if r := f.entries()[0].raw.Route[1]; r.LenOk != 1028 {
 		t.Errorf("after a longer packet the cache covers %d bytes, want 1028", r.LenOk)
 	}
+}
+
+// TestNotForUs: frames not addressed to the interface they arrive on (another host's MAC on a
+// promiscuous port, broadcast, multicast) are left to the kernel, which drops them before
+// forwarding (PACKET_OTHERHOST and friends): nothing is tracked or forwarded. The same SYN
+// addressed to the router is.
+func TestNotForUs(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	syn := func(dst net.HardwareAddr) []byte {
+		return packet.IP(inHost, outHost).TCP(40000, 80, "S").Seq(1000).MAC(packet.SrcMAC, dst).Bytes()
+	}
+	f.script(t, []step{
+		{name: "syn to another host's mac", frame: syn(net.HardwareAddr{0x02, 0, 0, 0, 0x77, 0x77}), ret: xdpPass, state: "-", count: "passed"},
+		{name: "syn to broadcast", frame: syn(net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}), ret: xdpPass, state: "-", count: "passed"},
+		{name: "syn to a multicast mac", frame: syn(net.HardwareAddr{0x01, 0, 0x5e, 0, 0, 1}), ret: xdpPass, state: "-", count: "passed"},
+		{name: "syn to the router", frame: syn(f.in.MAC), ret: xdpRedirect, state: "SYN_SENT", count: "new"},
+	})
 }
