@@ -192,8 +192,8 @@ func main() {
 type bench struct {
 	l        *lab.Lab
 	h1, h2   netip.Addr
-	h16, h26 netip.Addr // IPv6
-	dev    map[string]string // "h1", "h2", "r1:in", "r1:out"
+	h16, h26 netip.Addr        // IPv6
+	dev      map[string]string // "h1", "h2", "r1:in", "r1:out"
 	// The generator sends from h1's veth to r1's inside veth.
 	h1Index        int
 	h1MAC, r1InMAC net.HardwareAddr
