@@ -76,6 +76,7 @@ enum ct_event_type {
 
 /* TCP per-direction flags (ct_tcp_dir.flags), as nf's IP_CT_TCP_FLAG_*. */
 #define CT_TCP_F_WSCALE	    0x01
+#define CT_TCP_F_CLOSE_INIT 0x02 /* this direction sent the FIN that began the close */
 #define CT_TCP_F_SACK_PERM  0x04
 #define CT_TCP_F_BE_LIBERAL 0x08 /* no window checks: a connection picked up mid-stream */
 #define CT_TCP_F_MAXACK_SET 0x20

@@ -384,9 +384,15 @@ __noinline int ct_tcp_update(struct ct_entry *e, struct pkt *p, __u32 dir, __u32
 
 	switch (newst) {
 	case CT_TCP_SYN_SENT:
-		if (old >= CT_TCP_TIME_WAIT)
-			return -1; /* RFC 1122: SYN reopens TIME_WAIT / CLOSE */
-		break;
+		if (old < CT_TCP_TIME_WAIT)
+			break;
+		/* RFC 1122: a SYN reopens TIME_WAIT / CLOSE — under nf's condition: the connection
+		 * was closed by a FIN (CLOSE_INIT, either side) or aborted by a RST from the SYN's
+		 * side. Otherwise (e.g. the other side's RST) the SYN is ignored, as in nf. */
+		if (((e->tcp[0].flags | e->tcp[1].flags) & CT_TCP_F_CLOSE_INIT) ||
+		    (e->last_dir == dir && e->last_index == LAST(TCP_RST_SET)))
+			return -1;
+		__attribute__((fallthrough));
 	case CT_TCP_IGNORE:
 		if (p->tcp_index == TCP_SYNACK_SET && e->last_index == LAST(TCP_SYN_SET) &&
 		    e->last_dir != dir && p->ack == e->last_end) {
@@ -475,6 +481,9 @@ in_window:
 		e->last_dir = dir;
 	if (newst != cur && __sync_val_compare_and_swap(&e->state, cur, newst) != cur)
 		newst = *(volatile __u32 *)&e->state; /* another CPU moved it: its result stands */
+	else if (newst == CT_TCP_FIN_WAIT && cur != CT_TCP_FIN_WAIT)
+		e->tcp[dir & 1].flags |=
+		    CT_TCP_F_CLOSE_INIT; /* this CPU made the move: nf's seen[dir] */
 	*state_out = newst;
 	/* If the only reply is a RST, the connection never was: nf deletes it at once. */
 	if (p->tcp_rst && !(e->status & CT_F_SEEN_REPLY))

@@ -414,13 +414,57 @@ func diffScript() []dstep {
 // and the connections each ends with.
 func TestDifferential(t *testing.T) {
 	t.Parallel()
+	differential(t, diffScript())
+}
+
+// TestDifferentialReopen: nf's condition for a SYN to reopen a closed tuple (CLOSE_INIT or a
+// RST from the SYN's side); otherwise the SYN passes ignored and the entry stays CLOSE.
+func TestDifferentialReopen(t *testing.T) {
+	t.Parallel()
+	seg := func(name, from string, sport uint16, flags string, seq, ack uint32) dstep {
+		return dstep{name, from, func(d *diffLab) *packet.Builder {
+			src, dst, sp, dp := d.h1.String(), d.h2.String(), sport, uint16(80)
+			if from == "h2" {
+				src, dst, sp, dp = dst, src, dp, sp
+			}
+			b := packet.IP(src, dst).TCP(sp, dp, flags).Seq(seq).Ack(ack)
+			if strings.Contains(flags, "S") {
+				b = b.WScale(7)
+			}
+			return b
+		}}
+	}
+	var script []dstep
+	hs := func(port uint16) {
+		script = append(script, seg("syn", "h1", port, "S", 100, 0), seg("synack", "h2", port, "SA", 900, 101),
+			seg("ack", "h1", port, "A", 101, 901))
+	}
+	// A: the client aborts, the server's ACK passes last, the client's new SYN is ignored.
+	hs(44000)
+	script = append(script, seg("A: client rst", "h1", 44000, "R", 101, 0), seg("A: server ack", "h2", 44000, "A", 901, 101),
+		seg("A: client syn", "h1", 44000, "S", 5000, 0))
+	// B: the server aborts; the client's SYN is ignored.
+	hs(44001)
+	script = append(script, seg("B: server rst", "h2", 44001, "R", 901, 0), seg("B: client syn", "h1", 44001, "S", 5000, 0))
+	// C: the client aborts and reopens at once: reopened.
+	hs(44002)
+	script = append(script, seg("C: client rst", "h1", 44002, "R", 101, 0), seg("C: client syn", "h1", 44002, "S", 5000, 0))
+	// D: closed by FINs (CLOSE_INIT), reopened by the client.
+	hs(44003)
+	script = append(script, seg("D: client fin", "h1", 44003, "FA", 101, 901), seg("D: server fin", "h2", 44003, "FA", 901, 102),
+		seg("D: client ack", "h1", 44003, "A", 102, 902), seg("D: client syn", "h1", 44003, "S", 5000, 0))
+	differential(t, script)
+}
+
+// differential runs script through r1 under nf_conntrack, then under flowplane, and compares
+// the deliveries and the final states.
+func differential(t *testing.T, script []dstep) {
 	testenv.Need(t, "nft", "conntrack")
 	l := labtest.Up(t, labtest.XDPRouter)
 	d := &diffLab{t: t, l: l}
 	d.h1, d.h2 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "4")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "4"))
 	d.h16, d.h26 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "6")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "6"))
 	d.setup()
-	script := diffScript()
 
 	// nf_conntrack.
 	labtest.Run(t, l, "r1", "sysctl", "-qw", "net.netfilter.nf_conntrack_tcp_loose=1")
@@ -455,7 +499,7 @@ func TestDifferential(t *testing.T) {
 	if strings.Join(fp, "\n") != strings.Join(nf, "\n") {
 		t.Errorf("final state differs\nnf_conntrack:\n  %s\nflowplane:\n  %s", strings.Join(nf, "\n  "), strings.Join(fp, "\n  "))
 	}
-	t.Logf("%d packets, delivered by both: %v", len(script), nfDelivered)
+	t.Logf("%d packets, delivered by both: %v\nfinal states:\n  %s", len(script), nfDelivered, strings.Join(nf, "\n  "))
 }
 
 // TestDifferentialIgnoredNoRefresh: a packet nf's state table ignores (a SYN on an established
