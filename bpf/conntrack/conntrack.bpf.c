@@ -204,7 +204,18 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 	if (!ignored) {
 		if (state == CT_TCP_ESTABLISHED && !(e->status & CT_F_ASSURED))
 			__sync_fetch_and_or(&e->status, CT_F_ASSURED);
-		expires = now + timeout_ns(cfg, entry_timeout_slot(l4proto, state, e->status));
+		__u64 to = timeout_ns(cfg, entry_timeout_slot(l4proto, state, e->status));
+
+		/* nf: while either side has data the other has not acknowledged, the timeout is
+		 * capped at tcp_timeout_unacknowledged (a peer gone mid-transfer ages out soon). */
+		if (l4proto == IPPROTO_TCP &&
+		    ((e->tcp[0].flags | e->tcp[1].flags) & CT_TCP_F_DATA_UNACK)) {
+			__u64 un = timeout_ns(cfg, CT_TO_TCP_UNACK);
+
+			if (to > un)
+				to = un;
+		}
+		expires = now + to;
 		if (e->expires != expires) /* the clock ticks per jiffy: spare the store */
 			e->expires = expires;
 	}

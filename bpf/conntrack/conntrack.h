@@ -27,6 +27,7 @@ enum ct_timeout {
 	CT_TO_UDP_UNREPLIED = CT_TCP_MAX,
 	CT_TO_UDP_STREAM,
 	CT_TO_ICMP,
+	CT_TO_TCP_UNACK, /* nf's tcp_timeout_unacknowledged: cap while data is unacknowledged */
 	CT_TO_MAX,
 };
 
@@ -79,6 +80,7 @@ enum ct_event_type {
 #define CT_TCP_F_CLOSE_INIT 0x02 /* this direction sent the FIN that began the close */
 #define CT_TCP_F_SACK_PERM  0x04
 #define CT_TCP_F_BE_LIBERAL 0x08 /* no window checks: a connection picked up mid-stream */
+#define CT_TCP_F_DATA_UNACK 0x10 /* this direction sent data the other has not acknowledged */
 #define CT_TCP_F_MAXACK_SET 0x20
 
 /* Canonical 5-tuple: the lower (address, port) endpoint first, so both directions of a

@@ -70,6 +70,19 @@ static __always_inline int after(__u32 a, __u32 b)
 	return before(b, a);
 }
 
+/* A direction's flags change by atomic or / and on the 32-bit word they share with td_scale
+ * (flags is its second byte, little endian), so concurrent updates of different bits keep
+ * each other. */
+static __always_inline void dir_flag_set(struct ct_tcp_dir *d, __u8 f)
+{
+	__sync_fetch_and_or((__u32 *)&d->td_scale, (__u32)f << 8);
+}
+
+static __always_inline void dir_flag_clear(struct ct_tcp_dir *d, __u8 f)
+{
+	__sync_fetch_and_and((__u32 *)&d->td_scale, ~((__u32)f << 8));
+}
+
 /* seq_max raises *p to v if v is after it; concurrent callers never move it backwards. */
 static __always_inline void seq_max(__u32 *p, __u32 v)
 {
@@ -319,11 +332,13 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 	if (!p->tcp_syn)
 		win <<= sender->td_scale;
 	num_max(&sender->td_maxwin, win + (sack - ack));
+	if (after(end, sender->td_end) && !(sender->flags & CT_TCP_F_DATA_UNACK))
+		dir_flag_set(sender, CT_TCP_F_DATA_UNACK); /* nf: new data, not acknowledged yet */
 	seq_max(&sender->td_end, end);
 	if (p->tcp_ack) {
 		if (!(sender->flags & CT_TCP_F_MAXACK_SET)) {
 			sender->td_maxack = ack;
-			sender->flags |= CT_TCP_F_MAXACK_SET;
+			dir_flag_set(sender, CT_TCP_F_MAXACK_SET);
 		} else {
 			seq_max(&sender->td_maxack, ack);
 		}
@@ -331,6 +346,9 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 	if (receiver->td_maxwin != 0 && after(end, sender->td_maxend))
 		__sync_fetch_and_add(&receiver->td_maxwin, end - sender->td_maxend);
 	seq_max(&receiver->td_maxend, sack + (win ? win : 1));
+	if (ack == receiver->td_end && (receiver->flags & CT_TCP_F_DATA_UNACK))
+		dir_flag_clear(receiver,
+			       CT_TCP_F_DATA_UNACK); /* all of the receiver's data acked */
 	/* nf's retransmission bookkeeping keeps a plain ACK's end (a RST may answer it). */
 	if (p->tcp_index == TCP_ACK_SET && e->last_end != end)
 		e->last_end = end;
@@ -482,8 +500,8 @@ in_window:
 	if (newst != cur && __sync_val_compare_and_swap(&e->state, cur, newst) != cur)
 		newst = *(volatile __u32 *)&e->state; /* another CPU moved it: its result stands */
 	else if (newst == CT_TCP_FIN_WAIT && cur != CT_TCP_FIN_WAIT)
-		e->tcp[dir & 1].flags |=
-		    CT_TCP_F_CLOSE_INIT; /* this CPU made the move: nf's seen[dir] */
+		dir_flag_set(&e->tcp[dir & 1],
+			     CT_TCP_F_CLOSE_INIT); /* this CPU made the move (nf) */
 	*state_out = newst;
 	/* If the only reply is a RST, the connection never was: nf deletes it at once. */
 	if (p->tcp_rst && !(e->status & CT_F_SEEN_REPLY))

@@ -19,6 +19,7 @@ import (
 var timeoutNames = []string{
 	"tcp_none", "tcp_syn_sent", "tcp_syn_recv", "tcp_established", "tcp_fin_wait", "tcp_close_wait",
 	"tcp_last_ack", "tcp_time_wait", "tcp_close", "tcp_syn_sent2", "udp_unreplied", "udp_stream", "icmp",
+	"tcp_unacknowledged",
 }
 
 // DefaultTimeouts are nf_conntrack's defaults.
@@ -37,6 +38,8 @@ func DefaultTimeouts() map[string]time.Duration {
 		"udp_unreplied":   30 * time.Second,
 		"udp_stream":      120 * time.Second,
 		"icmp":            30 * time.Second,
+		// nf_conntrack_tcp_timeout_unacknowledged: the cap while data is unacknowledged.
+		"tcp_unacknowledged": 300 * time.Second,
 	}
 }
 

@@ -502,72 +502,72 @@ func differential(t *testing.T, script []dstep) {
 	t.Logf("%d packets, delivered by both: %v\nfinal states:\n  %s", len(script), nfDelivered, strings.Join(nf, "\n  "))
 }
 
-// TestDifferentialIgnoredNoRefresh: a packet nf's state table ignores (a SYN on an established
-// tuple) passes but refreshes nothing, where a data segment does: both trackers run the same
-// two connections with a 60 s established timeout, wait 4 s, send the ignored SYN on one and
-// a data segment on the other, and must agree on which of the two timeouts was refreshed.
-func TestDifferentialIgnoredNoRefresh(t *testing.T) {
-	t.Parallel()
+// tcpSeg is a TCP segment between h1:sport and h2:80 (from is "h1" or "h2").
+func tcpSeg(name, from string, sport uint16, flags string, seq, ack uint32, payload int) dstep {
+	return dstep{name, from, func(d *diffLab) *packet.Builder {
+		src, dst, sp, dp := d.h1.String(), d.h2.String(), sport, uint16(80)
+		if from == "h2" {
+			src, dst, sp, dp = dst, src, dp, sp
+		}
+		b := packet.IP(src, dst).TCP(sp, dp, flags).Seq(seq).Ack(ack)
+		if strings.Contains(flags, "S") {
+			b = b.WScale(7)
+		}
+		if payload > 0 {
+			b = b.Payload(make([]byte, payload))
+		}
+		return b
+	}}
+}
+
+// handshakeOn is a three-way handshake h1:port → h2:80 (client ISN 100, server 900).
+func handshakeOn(port uint16) []dstep {
+	return []dstep{tcpSeg("syn", "h1", port, "S", 100, 0, 0), tcpSeg("synack", "h2", port, "SA", 900, 101, 0),
+		tcpSeg("ack", "h1", port, "A", 101, 901, 0)}
+}
+
+// timeoutsDifferential runs first, waits wait, runs then, under nf_conntrack (with the
+// sysctls) and under flowplane (with cfg), and returns each tracker's remaining TCP timeouts
+// by h1's port. Every packet must be delivered by both.
+func timeoutsDifferential(t *testing.T, first []dstep, wait time.Duration, then []dstep, sysctls []string, cfg *Config) (nf, fp map[uint16]float64) {
 	testenv.Need(t, "nft", "conntrack")
 	l := labtest.Up(t, labtest.XDPRouter)
 	d := &diffLab{t: t, l: l}
 	d.h1, d.h2 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "4")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "4"))
 	d.h16, d.h26 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "6")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "6"))
 	d.setup()
-	const timeout = 60
-	step := func(name, from string, sport uint16, flags string, seq, ack uint32, payload int) dstep {
-		return dstep{name, from, func(d *diffLab) *packet.Builder {
-			src, dst, sp, dp := d.h1.String(), d.h2.String(), sport, uint16(80)
-			if from == "h2" {
-				src, dst, sp, dp = dst, src, dp, sp
-			}
-			b := packet.IP(src, dst).TCP(sp, dp, flags).Seq(seq).Ack(ack)
-			if payload > 0 {
-				b = b.Payload(make([]byte, payload))
-			}
-			return b
-		}}
-	}
-	var open []dstep
-	for _, port := range []uint16{43000, 43001} {
-		open = append(open, step("syn", "h1", port, "S", 100, 0, 0), step("synack", "h2", port, "SA", 900, 101, 0),
-			step("ack", "h1", port, "A", 101, 901, 0))
-	}
-	later := []dstep{
-		step("syn on the established tuple (ignored)", "h1", 43000, "S", 7_000_000, 0, 0),
-		step("data (refreshes)", "h1", 43001, "PA", 101, 901, 100),
-	}
-	// refreshed runs the script and tells, per port, whether its timeout is back near 60 s.
-	refreshed := func(tracker string, timeouts func() map[uint16]float64) map[uint16]bool {
-		for _, s := range open {
+	run := func(tracker string, timeouts func() map[uint16]float64) map[uint16]float64 {
+		for _, s := range first {
 			if !d.send(s) {
 				t.Fatalf("%s: %s not delivered", tracker, s.name)
 			}
 		}
-		time.Sleep(4 * time.Second)
-		for _, s := range later {
+		time.Sleep(wait)
+		for _, s := range then {
 			if !d.send(s) {
 				t.Errorf("%s: %s not delivered", tracker, s.name)
 			}
 		}
-		got := map[uint16]bool{}
-		for port, left := range timeouts() {
-			got[port] = left >= timeout-2 // not refreshed: 56 s or less
-			t.Logf("%s: port %d: %.0f s left", tracker, port, left)
-		}
-		return got
+		m := timeouts()
+		t.Logf("%s: seconds left by port: %v", tracker, m)
+		return m
 	}
-	labtest.Run(t, l, "r1", "sysctl", "-qw", fmt.Sprintf("net.netfilter.nf_conntrack_tcp_timeout_established=%d", timeout))
+	for _, sc := range sysctls {
+		labtest.Run(t, l, "r1", "sysctl", "-qw", sc)
+	}
 	nft(t, l, "r1", fmt.Sprintf(nftRules, d.dev["r1:in"]))
-	nf := refreshed("nf_conntrack", func() map[uint16]float64 {
+	nf = run("nf_conntrack", func() map[uint16]float64 {
 		m := map[uint16]float64{}
 		for _, line := range strings.Split(labtest.Run(t, l, "r1", "conntrack", "-L", "-p", "tcp"), "\n") {
 			f := strings.Fields(line)
-			for _, port := range []uint16{43000, 43001} {
-				if len(f) > 3 && strings.Contains(line, fmt.Sprintf("sport=%d ", port)) {
-					var v float64
-					fmt.Sscan(f[2], &v)
-					m[port] = v
+			for _, x := range f {
+				if v, ok := strings.CutPrefix(x, "sport="); ok && len(f) > 3 {
+					var port uint16
+					var left float64
+					fmt.Sscan(v, &port)
+					fmt.Sscan(f[2], &left)
+					m[port] = left
+					break // the original tuple comes first
 				}
 			}
 		}
@@ -576,7 +576,7 @@ func TestDifferentialIgnoredNoRefresh(t *testing.T) {
 	labtest.Run(t, l, "r1", "nft", "delete", "table", "inet", "fpct")
 	_, _ = labtest.Try(l, "r1", "conntrack", "-F")
 
-	c := &ctLab{t: t, l: l, cfg: &Config{Timeouts: map[string]string{"tcp_established": fmt.Sprintf("%ds", timeout)}}}
+	c := &ctLab{t: t, l: l, cfg: cfg}
 	c.start()
 	t.Cleanup(func() {
 		c.stop()
@@ -588,7 +588,7 @@ func TestDifferentialIgnoredNoRefresh(t *testing.T) {
 			return err
 		})
 	})
-	fp := refreshed("flowplane", func() map[uint16]float64 {
+	fp = run("flowplane", func() map[uint16]float64 {
 		m := map[uint16]float64{}
 		for _, e := range c.entries() {
 			if e.Proto == "tcp" {
@@ -597,10 +597,53 @@ func TestDifferentialIgnoredNoRefresh(t *testing.T) {
 		}
 		return m
 	})
-	if len(nf) != 2 || nf[43000] || !nf[43001] {
-		t.Errorf("nf_conntrack: refreshed %v, want 43000 (ignored SYN) false, 43001 (data) true", nf)
+	return nf, fp
+}
+
+// TestDifferentialUnacknowledged: while a side has sent data the other has not acknowledged,
+// nf caps the timeout at tcp_timeout_unacknowledged (300 s) instead of ESTABLISHED's 5 days;
+// once the data is acknowledged the full timeout is back. Connection A sends data that is
+// never acknowledged, B data that is.
+func TestDifferentialUnacknowledged(t *testing.T) {
+	t.Parallel()
+	first := append(handshakeOn(45000), handshakeOn(45001)...)
+	first = append(first, tcpSeg("A: data", "h1", 45000, "PA", 101, 901, 100),
+		tcpSeg("B: data", "h1", 45001, "PA", 101, 901, 100), tcpSeg("B: server acks", "h2", 45001, "A", 901, 201, 0))
+	nf, fp := timeoutsDifferential(t, first, 0, nil, nil, &Config{})
+	class := func(m map[uint16]float64) string {
+		return fmt.Sprintf("A capped %v, B capped %v", m[45000] <= 300, m[45001] <= 300)
 	}
-	if fmt.Sprint(fp) != fmt.Sprint(nf) {
-		t.Errorf("refreshed: flowplane %v, nf_conntrack %v", fp, nf)
+	if len(nf) != 2 || class(nf) != "A capped true, B capped false" {
+		t.Errorf("nf_conntrack: %v (%s)", nf, class(nf))
+	}
+	if class(fp) != class(nf) {
+		t.Errorf("flowplane %s, nf_conntrack %s", class(fp), class(nf))
+	}
+}
+
+// TestDifferentialIgnoredNoRefresh: a packet nf's state table ignores (a SYN on an established
+// tuple) passes but refreshes nothing, where a data segment does: both trackers run the same
+// two connections with a 60 s established timeout, wait 4 s, send the ignored SYN on one and
+// a data segment (acknowledged) on the other, and must agree on which timeout was refreshed.
+func TestDifferentialIgnoredNoRefresh(t *testing.T) {
+	t.Parallel()
+	const timeout = 60
+	first := append(handshakeOn(43000), handshakeOn(43001)...)
+	then := []dstep{
+		tcpSeg("syn on the established tuple (ignored)", "h1", 43000, "S", 7_000_000, 0, 0),
+		tcpSeg("data (refreshes)", "h1", 43001, "PA", 101, 901, 100),
+		tcpSeg("server acks", "h2", 43001, "A", 901, 201, 0),
+	}
+	nf, fp := timeoutsDifferential(t, first, 4*time.Second, then,
+		[]string{fmt.Sprintf("net.netfilter.nf_conntrack_tcp_timeout_established=%d", timeout)},
+		&Config{Timeouts: map[string]string{"tcp_established": fmt.Sprintf("%ds", timeout)}})
+	refreshed := func(m map[uint16]float64) map[uint16]bool {
+		return map[uint16]bool{43000: m[43000] >= timeout-2, 43001: m[43001] >= timeout-2} // not refreshed: 56 s or less
+	}
+	if r := refreshed(nf); len(nf) != 2 || r[43000] || !r[43001] {
+		t.Errorf("nf_conntrack: refreshed %v (%v), want 43000 (ignored SYN) false, 43001 (data) true", r, nf)
+	}
+	if fmt.Sprint(refreshed(fp)) != fmt.Sprint(refreshed(nf)) {
+		t.Errorf("refreshed: flowplane %v, nf_conntrack %v", refreshed(fp), refreshed(nf))
 	}
 }
