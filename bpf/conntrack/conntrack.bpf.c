@@ -208,11 +208,15 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 
 		/* nf: while either side has data the other has not acknowledged, the timeout is
 		 * capped at tcp_timeout_unacknowledged (a peer gone mid-transfer ages out soon). */
-		if (l4proto == IPPROTO_TCP &&
-		    ((e->tcp[0].flags | e->tcp[1].flags) & CT_TCP_F_DATA_UNACK)) {
-			__u64 un = timeout_ns(cfg, CT_TO_TCP_UNACK);
+		if (l4proto == IPPROTO_TCP) {
+			__u64 re = timeout_ns(cfg, CT_TO_TCP_RETRANS),
+			      un = timeout_ns(cfg, CT_TO_TCP_UNACK);
 
-			if (to > un)
+			/* nf's order: retransmissions first, then unacknowledged data. */
+			if (e->retrans >= tcp_max_retrans && to > re)
+				to = re;
+			else if (((e->tcp[0].flags | e->tcp[1].flags) & CT_TCP_F_DATA_UNACK) &&
+				 to > un)
 				to = un;
 		}
 		expires = now + to;

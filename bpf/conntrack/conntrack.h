@@ -27,7 +27,8 @@ enum ct_timeout {
 	CT_TO_UDP_UNREPLIED = CT_TCP_MAX,
 	CT_TO_UDP_STREAM,
 	CT_TO_ICMP,
-	CT_TO_TCP_UNACK, /* nf's tcp_timeout_unacknowledged: cap while data is unacknowledged */
+	CT_TO_TCP_UNACK,   /* nf's tcp_timeout_unacknowledged: cap while data is unacknowledged */
+	CT_TO_TCP_RETRANS, /* nf's tcp_timeout_max_retrans: cap after max_retrans retransmissions */
 	CT_TO_MAX,
 };
 
@@ -133,12 +134,15 @@ struct ct_entry {
 	 * end and window) and by an accepted one (its end if a plain ACK). A SYN-ACK acknowledging
 	 * an ignored SYN re-syncs; a RST answering an ignored SYN or ACK closes. */
 	__u32 last_end;	  /* that packet's seq + len (+SYN/FIN) */
+	__u32 last_seq;	  /* its seq (nf's retransmission check: the same ACK segment again) */
+	__u32 last_ack;	  /* an accepted plain ACK's ack */
 	__u16 last_win;	  /* an ignored packet's window */
 	__u8 last_index;  /* its flag class (enum tcp_bit_set) + 1; 0: none yet */
 	__u8 last_dir;	  /* its direction */
 	__u8 last_wscale; /* an ignored SYN's window scale */
 	__u8 last_flags;  /* an ignored SYN's CT_TCP_F_WSCALE | CT_TCP_F_SACK_PERM */
-	__u8 pad[2];
+	__u8 retrans;	  /* the last plain ACK segment seen again in a row, as nf's retrans */
+	__u8 pad;
 };
 
 /* Run-time configuration (ct_config[0]): changed by user space without reloading. */

@@ -21,6 +21,9 @@
 
 /* 0: firewall (drop what the policy refuses); 1: track only (never drop). */
 volatile const __u32 track_only = 0;
+/* nf_conntrack_tcp_max_retrans: after this many identical ACK segments in a row the timeout is
+ * capped at tcp_retrans. */
+volatile const __u32 tcp_max_retrans = 3;
 /* Length of a jiffy in ns (10^9 / CONFIG_HZ) and jiffies at boot (INITIAL_JIFFIES), set by the
  * loader: ct_now is then close to CLOCK_MONOTONIC, the clock of tables pinned by older builds. */
 volatile const __u64 jiffy_ns = 0;

@@ -349,9 +349,22 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 	if (ack == receiver->td_end && (receiver->flags & CT_TCP_F_DATA_UNACK))
 		dir_flag_clear(receiver,
 			       CT_TCP_F_DATA_UNACK); /* all of the receiver's data acked */
-	/* nf's retransmission bookkeeping keeps a plain ACK's end (a RST may answer it). */
-	if (p->tcp_index == TCP_ACK_SET && e->last_end != end)
-		e->last_end = end;
+	/* nf's retransmission check: the same ACK segment (dir, seq, ack, end, raw window) again
+	 * counts a retransmission, anything else starts over; a RST may answer its end. */
+	if (p->tcp_index == TCP_ACK_SET) {
+		if (e->last_dir == dir && e->last_seq == seq && e->last_ack == ack &&
+		    e->last_end == end && e->last_win == (__u16)p->win) {
+			if (e->retrans < 255)
+				e->retrans++;
+		} else {
+			e->last_dir = dir;
+			e->last_seq = seq;
+			e->last_ack = ack;
+			e->last_end = end;
+			e->last_win = p->win;
+			e->retrans = 0;
+		}
+	}
 	return WIN_ACCEPT;
 }
 
@@ -426,6 +439,7 @@ __noinline int ct_tcp_update(struct ct_entry *e, struct pkt *p, __u32 dir, __u32
 		e->last_index = LAST(p->tcp_index);
 		e->last_dir = dir;
 		e->last_end = p->end;
+		e->last_seq = p->seq;
 		e->last_win = p->win;
 		if (p->tcp_index == TCP_SYN_SET && dir == 0) {
 			e->last_wscale = p->has_wscale ? p->wscale : 0;

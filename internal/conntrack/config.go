@@ -19,7 +19,7 @@ import (
 var timeoutNames = []string{
 	"tcp_none", "tcp_syn_sent", "tcp_syn_recv", "tcp_established", "tcp_fin_wait", "tcp_close_wait",
 	"tcp_last_ack", "tcp_time_wait", "tcp_close", "tcp_syn_sent2", "udp_unreplied", "udp_stream", "icmp",
-	"tcp_unacknowledged",
+	"tcp_unacknowledged", "tcp_retrans",
 }
 
 // DefaultTimeouts are nf_conntrack's defaults.
@@ -40,6 +40,8 @@ func DefaultTimeouts() map[string]time.Duration {
 		"icmp":            30 * time.Second,
 		// nf_conntrack_tcp_timeout_unacknowledged: the cap while data is unacknowledged.
 		"tcp_unacknowledged": 300 * time.Second,
+		// nf_conntrack_tcp_timeout_max_retrans: the cap after 3 retransmissions in a row.
+		"tcp_retrans": 300 * time.Second,
 	}
 }
 

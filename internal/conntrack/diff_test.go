@@ -647,3 +647,27 @@ func TestDifferentialIgnoredNoRefresh(t *testing.T) {
 		t.Errorf("refreshed: flowplane %v, nf_conntrack %v", refreshed(fp), refreshed(nf))
 	}
 }
+
+// TestDifferentialRetransmissions: the same ACK segment four times in a row (three
+// retransmissions, nf's max_retrans) caps the timeout at tcp_timeout_max_retrans (300 s);
+// three times (two) does not.
+func TestDifferentialRetransmissions(t *testing.T) {
+	t.Parallel()
+	first := append(handshakeOn(46000), handshakeOn(46001)...)
+	for range 4 {
+		first = append(first, tcpSeg("A: the same server ack", "h2", 46000, "A", 901, 101, 0))
+	}
+	for range 3 {
+		first = append(first, tcpSeg("B: the same server ack", "h2", 46001, "A", 901, 101, 0))
+	}
+	nf, fp := timeoutsDifferential(t, first, 0, nil, nil, &Config{})
+	class := func(m map[uint16]float64) string {
+		return fmt.Sprintf("A capped %v, B capped %v", m[46000] <= 300, m[46001] <= 300)
+	}
+	if len(nf) != 2 || class(nf) != "A capped true, B capped false" {
+		t.Errorf("nf_conntrack: %v (%s)", nf, class(nf))
+	}
+	if class(fp) != class(nf) {
+		t.Errorf("flowplane %s, nf_conntrack %s", class(fp), class(nf))
+	}
+}
