@@ -189,6 +189,14 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 			goto open;
 		}
 		if (reason > 0) {
+			/* nf: an out-of-window FIN/RST answering one from the other side lowers a
+			 * timeout of 120 s or more to tcp_unacknowledged, if that is shorter. */
+			if (p->shorten) {
+				__u64 un = timeout_ns(cfg, CT_TO_TCP_UNACK), exp = e->expires;
+
+				if (exp >= now + 120 * NSEC_PER_SEC && exp > now + un)
+					e->expires = now + un;
+			}
 			fp_count(&ct_stats, reason);
 			return V_DROP;
 		}

@@ -491,14 +491,18 @@ __noinline int ct_tcp_update(struct ct_entry *e, struct pkt *p, __u32 dir, __u32
 
 	switch (tcp_in_window(e, p, dir, old, liberal)) {
 	case WIN_INVALID:
-		/* nf_tcp_handle_invalid's memory of an out-of-window FIN or RST (its timeout
-		 * shortening is not done here). */
+		/* nf_tcp_handle_invalid: an assured connection's out-of-window FIN or RST is
+		 * remembered; one answering the other side's remembered FIN or RST has the caller
+		 * shorten the timeout (the endpoints and we are out of sync: let it age out). */
 		if ((e->status & CT_F_ASSURED) &&
-		    (p->tcp_index == TCP_RST_SET || p->tcp_index == TCP_FIN_SET) &&
-		    !(e->last_dir != dir &&
-		      (e->last_index == LAST(TCP_RST_SET) || e->last_index == LAST(TCP_FIN_SET)))) {
-			e->last_index = LAST(p->tcp_index);
-			e->last_dir = dir;
+		    (p->tcp_index == TCP_RST_SET || p->tcp_index == TCP_FIN_SET)) {
+			if (e->last_dir != dir && (e->last_index == LAST(TCP_RST_SET) ||
+						   e->last_index == LAST(TCP_FIN_SET))) {
+				p->shorten = 1;
+			} else {
+				e->last_index = LAST(p->tcp_index);
+				e->last_dir = dir;
+			}
 		}
 		return p->tcp_rst ? CT_STAT_INV_RST : CT_STAT_INV_WINDOW;
 	case WIN_IGNORE:

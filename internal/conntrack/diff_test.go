@@ -530,6 +530,16 @@ func handshakeOn(port uint16) []dstep {
 // sysctls) and under flowplane (with cfg), and returns each tracker's remaining TCP timeouts
 // by h1's port. Every packet must be delivered by both.
 func timeoutsDifferential(t *testing.T, first []dstep, wait time.Duration, then []dstep, sysctls []string, cfg *Config) (nf, fp map[uint16]float64) {
+	return timeoutsRun(t, first, wait, then, true, sysctls, cfg)
+}
+
+// timeoutsDifferentialDelivery is timeoutsDifferential with then's packets expected delivered
+// (or not, as thenDelivered says) by both trackers, no wait, default settings.
+func timeoutsDifferentialDelivery(t *testing.T, first, then []dstep, thenDelivered bool) (nf, fp map[uint16]float64) {
+	return timeoutsRun(t, first, 0, then, thenDelivered, nil, &Config{})
+}
+
+func timeoutsRun(t *testing.T, first []dstep, wait time.Duration, then []dstep, thenDelivered bool, sysctls []string, cfg *Config) (nf, fp map[uint16]float64) {
 	testenv.Need(t, "nft", "conntrack")
 	l := labtest.Up(t, labtest.XDPRouter)
 	d := &diffLab{t: t, l: l}
@@ -544,8 +554,8 @@ func timeoutsDifferential(t *testing.T, first []dstep, wait time.Duration, then 
 		}
 		time.Sleep(wait)
 		for _, s := range then {
-			if !d.send(s) {
-				t.Errorf("%s: %s not delivered", tracker, s.name)
+			if d.send(s) != thenDelivered {
+				t.Errorf("%s: %s delivered=%v, want %v", tracker, s.name, !thenDelivered, thenDelivered)
 			}
 		}
 		m := timeouts()
@@ -665,6 +675,35 @@ func TestDifferentialRetransmissions(t *testing.T) {
 		return fmt.Sprintf("A capped %v, B capped %v", m[46000] <= 300, m[46001] <= 300)
 	}
 	if len(nf) != 2 || class(nf) != "A capped true, B capped false" {
+		t.Errorf("nf_conntrack: %v (%s)", nf, class(nf))
+	}
+	if class(fp) != class(nf) {
+		t.Errorf("flowplane %s, nf_conntrack %s", class(fp), class(nf))
+	}
+}
+
+// TestDifferentialOutOfWindowClose: on an assured connection an out-of-window FIN from one
+// side is refused and remembered; an out-of-window RST from the other side answering it is
+// refused too and lowers the timeout to tcp_timeout_unacknowledged (300 s): the endpoints and
+// the tracker disagree, so the entry is left to age out (nf_tcp_handle_invalid). Connection B
+// gets the FIN only: its timeout stays.
+func TestDifferentialOutOfWindowClose(t *testing.T) {
+	t.Parallel()
+	var first []dstep
+	for _, port := range []uint16{47000, 47001} {
+		first = append(first, handshakeOn(port)...)
+		first = append(first, tcpSeg("data", "h1", port, "PA", 101, 901, 100), tcpSeg("server acks", "h2", port, "A", 901, 201, 0))
+	}
+	then := []dstep{
+		tcpSeg("A: fin far out of window", "h1", 47000, "FA", 50_000_000, 901, 0),
+		tcpSeg("A: rst far out of window", "h2", 47000, "RA", 60_000_000, 201, 0),
+		tcpSeg("B: fin far out of window", "h1", 47001, "FA", 50_000_000, 901, 0),
+	}
+	nf, fp := timeoutsDifferentialDelivery(t, first, then, false)
+	class := func(m map[uint16]float64) string {
+		return fmt.Sprintf("A shortened %v, B shortened %v", m[47000] <= 300, m[47001] <= 300)
+	}
+	if len(nf) != 2 || class(nf) != "A shortened true, B shortened false" {
 		t.Errorf("nf_conntrack: %v (%s)", nf, class(nf))
 	}
 	if class(fp) != class(nf) {
