@@ -220,9 +220,12 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 			__u64 re = timeout_ns(cfg, CT_TO_TCP_RETRANS),
 			      un = timeout_ns(cfg, CT_TO_TCP_UNACK);
 
-			/* nf's order: retransmissions first, then unacknowledged data. */
+			/* nf's order: retransmissions, a RST (CLOSE's timeout, even one that left
+			 * the state alone), unacknowledged data. */
 			if (e->retrans >= tcp_max_retrans && to > re)
 				to = re;
+			else if (p->tcp_rst)
+				to = timeout_ns(cfg, CT_TCP_CLOSE);
 			else if (((e->tcp[0].flags | e->tcp[1].flags) & CT_TCP_F_DATA_UNACK) &&
 				 to > un)
 				to = un;

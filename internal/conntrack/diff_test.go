@@ -710,3 +710,26 @@ func TestDifferentialOutOfWindowClose(t *testing.T) {
 		t.Errorf("flowplane %s, nf_conntrack %s", class(fp), class(nf))
 	}
 }
+
+// TestDifferentialInexactRST: a RST inside the window but not at the exact sequence number
+// leaves an established connection ESTABLISHED (the endpoint answers with a challenge ACK), but
+// nf sets the timeout to CLOSE's (10 s) all the same, as for every RST that passes.
+func TestDifferentialInexactRST(t *testing.T) {
+	t.Parallel()
+	var first []dstep
+	for _, port := range []uint16{48000, 48001} {
+		first = append(first, handshakeOn(port)...)
+		first = append(first, tcpSeg("data", "h1", port, "PA", 101, 901, 100), tcpSeg("server acks", "h2", port, "A", 901, 201, 0))
+	}
+	then := []dstep{tcpSeg("A: rst in window, inexact", "h1", 48000, "R", 301, 0, 0)}
+	nf, fp := timeoutsDifferentialDelivery(t, first, then, true)
+	class := func(m map[uint16]float64) string {
+		return fmt.Sprintf("A at CLOSE's timeout %v, B %v", m[48000] <= 10, m[48001] <= 10)
+	}
+	if len(nf) != 2 || class(nf) != "A at CLOSE's timeout true, B false" {
+		t.Errorf("nf_conntrack: %v (%s)", nf, class(nf))
+	}
+	if class(fp) != class(nf) {
+		t.Errorf("flowplane %s, nf_conntrack %s", class(fp), class(nf))
+	}
+}
