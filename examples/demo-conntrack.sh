@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # demo-conntrack.sh: conntrack on the demo lab's router. Called by examples/demo.sh with
 # FLOWPLANE (the binary) and LAB (a running lab with h1 — r1 — h2; r1:eth0 faces h1 = inside,
-# r1:eth1 faces h2 = outside). Starts conntrack on r1, lists the table during an iperf3, shows an
-# unsolicited connection from h2 being refused, and stops conntrack. Takes about 10 s.
+# r1:eth1 faces h2 = outside). Starts conntrack on r1 (default hook auto: XDP on both, as the
+# lab prepared r1's neighbours), lists the table during an iperf3 over the lossy, shaped r1—h2
+# link — whose rate and loss still apply to what XDP redirects (the lab impairs that direction
+# where it arrives, on h2) — shows an unsolicited connection from h2 being refused, and stops
+# conntrack. Takes about 10 s.
 set -euo pipefail
 : "${FLOWPLANE:?set FLOWPLANE to the flowplane binary}" "${LAB:?set LAB to the running lab}"
 fp() { "$FLOWPLANE" "$@"; }
@@ -20,21 +23,27 @@ echo "== conntrack run on r1: inside $inside, outside $outside"
 ct=$!
 stop() { kill -TERM "$ct" 2>/dev/null && wait "$ct" 2>/dev/null || true; } # lab down removes the pinned table
 trap stop EXIT
-for _ in $(seq 100); do on r1 ip link show "$inside" 2>/dev/null | grep -q ' xdp' && break; sleep 0.1; done
+for _ in $(seq 150); do on r1 "$FLOWPLANE" conntrack stats 2>/dev/null | grep -q '^interface' && break; sleep 0.1; done
+on r1 "$FLOWPLANE" conntrack stats | grep '^interface'
+loss_of() { fp lab status "$LAB" --json | jq '[.nodes[] | select(.name == "r1") | .interfaces[] | select(.name == "eth1") | .loss.dropped, .loss.passed]'; }
+before=$(loss_of)
 
-echo "== iperf3 h1 → h2 through conntrack; the table meanwhile:"
+echo "== iperf3 h1 → h2 through conntrack over the 1 Gbit/s, 1%-loss link; the table meanwhile:"
 on h2 iperf3 -s -1 -p 5301 >/dev/null 2>&1 &
 srv=$!
 sleep 0.5
-on h1 iperf3 -c "$h2" -p 5301 -t 3 -f m >/tmp/fp-demo-ct-iperf.$$ 2>&1 &
+on h1 iperf3 -c "$h2" -p 5301 -t 4 -J >/tmp/fp-demo-ct-iperf.$$ 2>&1 &
 cli=$!
 sleep 1.5
 on h1 ping -c 1 -W 1 "$h2" >/dev/null || true
 on r1 "$FLOWPLANE" conntrack list
 wait "$cli" || true
 wait "$srv" || true
-grep -E 'sender|receiver' /tmp/fp-demo-ct-iperf.$$ || cat /tmp/fp-demo-ct-iperf.$$
+jq -r '.end | "throughput through conntrack: \(.sum_received.bits_per_second / 1e6 | floor) Mbit/s received, retransmits: \(.sum_sent.retransmits)"' \
+	/tmp/fp-demo-ct-iperf.$$ || cat /tmp/fp-demo-ct-iperf.$$
 rm -f /tmp/fp-demo-ct-iperf.$$
+jq -rn --argjson a "$before" --argjson b "$(loss_of)" \
+	'($b[0] - $a[0]) as $d | ($b[1] - $a[1]) as $p | "r1:eth1 (XDP-redirected traffic, lost on arrival at h2): \($d) of \($d + $p) packets dropped (\(if $d + $p > 0 then $d * 10000 / ($d + $p) | floor / 100 else 0 end)%)"'
 
 echo "== unsolicited connection from h2 (outside) to h1:"
 if on h2 timeout 2 bash -c "exec 3<>/dev/tcp/$h1/22" 2>/dev/null; then

@@ -60,6 +60,7 @@ var (
 	// no SYN flood, no JSON).
 	onlyModes  = flag.String("modes", "", "comma-separated subset of "+strings.Join(modes, ",")+" for a quick check (default: all, full report)")
 	flagRounds = flag.Int("rounds", rounds, "interleaved rounds")
+	onlyCost   = flag.Bool("cost", false, "measure only the per-packet cost against the floor program (seconds, not minutes)")
 )
 
 // The 64-byte test: one UDP flow h1:udpSport → h2:udpDport, established by one datagram each way,
@@ -110,8 +111,18 @@ type Report struct {
 	Samples      map[string][]Result `json:"samples"`
 	NsPerPkt     float64             `json:"xdp_ns_per_packet_established"`
 	NsPerPktNoop float64             `json:"xdp_ns_per_packet_xdp_pass_only"`
+	Cost         map[string]*Cost    `json:"cost_vs_floor"` // "ipv4", "ipv6"
 	Flood        *Flood              `json:"syn_flood,omitempty"`
 	Notes        []string            `json:"notes"`
+}
+
+// Cost is conntrack's XDP cost for an established TCP segment against the floor program's
+// (bpf/conntrack/floor.bpf.c), BPF_PROG_TEST_RUN, medians over the measurements.
+type Cost struct {
+	ConntrackNs float64   `json:"conntrack_ns"`
+	FloorNs     float64   `json:"floor_ns"`
+	Ratio       float64   `json:"ratio"` // median of the per-measurement ratios
+	Ratios      []float64 `json:"ratios"`
 }
 
 // Flood is the SYN-flood experiment (flowplane only): medians over the rounds, every round, and
@@ -179,9 +190,10 @@ func main() {
 }
 
 type bench struct {
-	l      *lab.Lab
-	h1, h2 netip.Addr
-	dev    map[string]string // "h1", "h2", "r1:in", "r1:out"
+	l        *lab.Lab
+	h1, h2   netip.Addr
+	h16, h26 netip.Addr        // IPv6
+	dev      map[string]string // "h1", "h2", "r1:in", "r1:out"
 	// The generator sends from h1's veth to r1's inside veth.
 	h1Index        int
 	h1MAC, r1InMAC net.HardwareAddr
@@ -215,10 +227,10 @@ func run(ctx context.Context) error {
 		}
 		bn.dev[x.key] = l.IfName(n.Ifaces[x.i])
 		if x.key == "h1" {
-			bn.h1 = n.Ifaces[0].IPv4.Addr()
+			bn.h1, bn.h16 = n.Ifaces[0].IPv4.Addr(), n.Ifaces[0].IPv6.Addr()
 		}
 		if x.key == "h2" {
-			bn.h2 = n.Ifaces[0].IPv4.Addr()
+			bn.h2, bn.h26 = n.Ifaces[0].IPv4.Addr(), n.Ifaces[0].IPv6.Addr()
 		}
 	}
 	// r1 is marked xdp: the lab gives the hosts' veths the same settings in every mode, NAPI
@@ -246,6 +258,13 @@ func run(ctx context.Context) error {
 	rep := &Report{Date: time.Now().UTC(), CPUs: numCPU(), DurationS: duration.Seconds(), Results: map[string]*Result{}}
 	if u, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		rep.Kernel = strings.TrimSpace(string(u))
+	}
+	if *onlyCost {
+		if rep.Cost, err = bn.cost(ctx); err != nil {
+			return err
+		}
+		printCost(rep)
+		return nil
 	}
 	// Rounds interleave the modes so that load from elsewhere on the machine hits all of them;
 	// the tables report each measurement's median over the rounds.
@@ -293,6 +312,9 @@ func run(ctx context.Context) error {
 		return err
 	}
 	rep.NsPerPkt, rep.NsPerPktNoop = float64(ns.Nanoseconds()), float64(base.Nanoseconds())
+	if rep.Cost, err = bn.cost(ctx); err != nil {
+		return err
+	}
 	rep.Notes = []string{
 		"veth lab on one host: all modes share the same CPUs with iperf3 itself",
 		"hosts run with GRO on and tx checksum offload off in every mode (needed for XDP redirect into veth; r1 is marked xdp: true in the lab)",
@@ -361,7 +383,7 @@ func (b *bench) setMode(ctx context.Context, mode string) (func(), error) {
 			_, _ = b.cmd(context.Background(), "r1", "conntrack", "-F")
 		}, nil
 	case "flowplane":
-		return b.startFlowplane(&conntrack.Config{})
+		return b.startFlowplane(&conntrack.Config{Hook: conntrack.HookXDP})
 	}
 	return nil, fmt.Errorf("unknown mode %s", mode)
 }
@@ -824,6 +846,73 @@ func (b *bench) nsPerPacket() (time.Duration, time.Duration, error) {
 	return per, base, err
 }
 
+// cost measures conntrack against the floor program, IPv4 and IPv6, costRuns times each
+// (families alternating), on r1 of the lab: neighbours resolved first.
+func (b *bench) cost(ctx context.Context) (map[string]*Cost, error) {
+	for _, a := range []string{b.h1.String(), b.h2.String(), b.h16.String(), b.h26.String()} {
+		cmd, err := b.l.Command(ctx, "r1", "ping", "-c", "1", "-W", "2", a)
+		if err != nil {
+			return nil, err
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("ping %s from r1: %w\n%s", a, err, out)
+		}
+	}
+	const costRuns = 9
+	type sample struct{ ct, fl, ratio []float64 }
+	fams := []struct {
+		name           string
+		client, server netip.Addr
+	}{{"ipv4", b.h1, b.h2}, {"ipv6", b.h16, b.h26}}
+	got := map[string]*sample{"ipv4": {}, "ipv6": {}}
+	err := nsrun.Do(b.l.Netns("r1"), func() error {
+		in, err := net.InterfaceByName(b.dev["r1:in"])
+		if err != nil {
+			return err
+		}
+		out, err := net.InterfaceByName(b.dev["r1:out"])
+		if err != nil {
+			return err
+		}
+		for range costRuns {
+			for _, f := range fams {
+				c, err := ctperf.Measure(f.client, f.server, in.Index, out.Index, 20000)
+				if err != nil {
+					return fmt.Errorf("%s: %w", f.name, err)
+				}
+				s := got[f.name]
+				s.ct, s.fl, s.ratio = append(s.ct, float64(c.Conntrack.Nanoseconds())), append(s.fl, float64(c.Floor.Nanoseconds())), append(s.ratio, c.Ratio())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cost: %w", err)
+	}
+	res := map[string]*Cost{}
+	for n, s := range got {
+		res[n] = &Cost{ConntrackNs: report.Median(s.ct), FloorNs: report.Median(s.fl), Ratio: report.Median(s.ratio), Ratios: s.ratio}
+	}
+	return res, nil
+}
+
+func printCost(r *Report) {
+	fmt.Printf("\n### XDP cost of an established TCP segment against the floor (%s, BPF_PROG_TEST_RUN, 1400-byte segment, median of 9 measurements of alternating 250-run batches)\n\n", r.Kernel)
+	fmt.Println("| family | conntrack | floor (parse + key + 1 lookup + redirect) | conntrack / floor | ratio range |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, n := range []string{"ipv4", "ipv6"} {
+		c := r.Cost[n]
+		if c == nil {
+			continue
+		}
+		lo, hi := c.Ratios[0], c.Ratios[0]
+		for _, x := range c.Ratios {
+			lo, hi = min(lo, x), max(hi, x)
+		}
+		fmt.Printf("| %s | %.0f ns | %.0f ns | %.2f× | %.2f–%.2f× |\n", n, c.ConntrackNs, c.FloorNs, c.Ratio, lo, hi)
+	}
+}
+
 func printReport(r *Report) {
 	k, g, n, f, tc := r.Results["kernel"], r.Results["kernel-gro"], r.Results["nftables"], r.Results["flowplane"], r.Results["flowplane-tc"]
 	fmt.Printf("## conntrack benchmark (%s, %d CPUs, iperf3 %gs, median of %d interleaved rounds)\n\n", r.Kernel, r.CPUs, r.DurationS, rounds)
@@ -856,6 +945,7 @@ func printReport(r *Report) {
 	fmt.Printf("\nThroughputs are medians over the rounds; ratios are medians of the ratios within each round. flowplane / kernel / kernel with GRO / nftables (flowplane tc / kernel / kernel with GRO) in each round:\n%s\n", strings.Join(perRound, "\n"))
 	fmt.Println("The generator runs on one thread of h1; on veth, r1's and h2's receive work runs on the same CPU, so both rates measure the whole path and the offered rate falls with the router's cost.")
 	fmt.Printf("\nXDP cost, established TCP segment (BPF_PROG_TEST_RUN): %.0f ns/packet (an XDP_PASS-only program: %.0f ns)\n", r.NsPerPkt, r.NsPerPktNoop)
+	printCost(r)
 	fl := r.Flood
 	if fl == nil {
 		return

@@ -58,7 +58,7 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 	__u16 sport = 0, dport = 0;
 	__u64 expires;
 	__u32 dir, state = 0;
-	int confirmed, reason;
+	int confirmed, reason, ignored = 0;
 
 	cfg = bpf_map_lookup_elem(&ct_settings, &zero);
 	if (l4proto == IPPROTO_TCP) {
@@ -174,32 +174,90 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 			fp_count(&ct_stats, CT_STAT_WINDOW_IGNORED);
 			return V_ALLOW; /* nf's NFCT_TCP_IGNORE: passes, no refresh */
 		}
-		if (reason < 0) {
-			destroy(confirmed ? (void *)&ct_main : (void *)&ct_emb, &p->key, e);
+		if (reason == -3) {
+			/* nf's TCP_CONNTRACK_IGNORE: passes, and a reply marks the reply seen, but
+			 * nothing is counted or refreshed (nf returns before nf_ct_refresh_acct).
+			 */
+			fp_count(&ct_stats, CT_STAT_TCP_IGNORED);
+			ignored = 1;
+		} else if (reason < 0) {
+			destroy(confirmed ? (void *)&ct_main : (void *)&ct_emb, &p->key, e,
+				!confirmed);
 			/* A RST ended a connection that never had a reply. */
 			if (p->tcp_rst)
 				return V_ALLOW;
 			goto open;
 		}
-		if (reason) {
+		if (reason > 0) {
+			/* nf: an out-of-window FIN/RST answering one from the other side lowers a
+			 * timeout of 120 s or more to tcp_unacknowledged, if that is shorter. */
+			if (p->shorten) {
+				__u64 un = timeout_ns(cfg, CT_TO_TCP_UNACK), exp = e->expires;
+
+				if (exp >= now + 120 * NSEC_PER_SEC && exp > now + un)
+					e->expires = now + un;
+			}
 			fp_count(&ct_stats, reason);
 			return V_DROP;
 		}
 	}
-	__sync_fetch_and_add(&e->packets[dir & 1], 1);
-	__sync_fetch_and_add(&e->bytes[dir & 1], p->l3len);
+	if (!ignored) {
+		__sync_fetch_and_add(&e->packets[dir & 1], 1);
+		__sync_fetch_and_add(&e->bytes[dir & 1], p->l3len);
+	}
 	if (dir == 1 && !(e->status & CT_F_SEEN_REPLY)) {
 		__sync_fetch_and_or(&e->status, CT_F_SEEN_REPLY);
 		e->ifindex[1] = ifindex;
 	}
-	if (state == CT_TCP_ESTABLISHED && !(e->status & CT_F_ASSURED))
-		__sync_fetch_and_or(&e->status, CT_F_ASSURED);
-	expires = now + timeout_ns(cfg, entry_timeout_slot(l4proto, state, e->status));
-	if (e->expires != expires) /* the clock ticks per jiffy: spare the store */
-		e->expires = expires;
+	if (!ignored) {
+		if (state == CT_TCP_ESTABLISHED && !(e->status & CT_F_ASSURED))
+			__sync_fetch_and_or(&e->status, CT_F_ASSURED);
+		__u64 to = timeout_ns(cfg, entry_timeout_slot(l4proto, state, e->status));
+
+		/* nf: while either side has data the other has not acknowledged, the timeout is
+		 * capped at tcp_timeout_unacknowledged (a peer gone mid-transfer ages out soon). */
+		if (l4proto == IPPROTO_TCP) {
+			__u64 re = timeout_ns(cfg, CT_TO_TCP_RETRANS),
+			      un = timeout_ns(cfg, CT_TO_TCP_UNACK);
+
+			/* nf's order: retransmissions, a RST (CLOSE's timeout, even one that left
+			 * the state alone), unacknowledged data. */
+			if (e->retrans >= tcp_max_retrans && to > re)
+				to = re;
+			else if (p->tcp_rst)
+				to = timeout_ns(cfg, CT_TCP_CLOSE);
+			else if (((e->tcp[0].flags | e->tcp[1].flags) & CT_TCP_F_DATA_UNACK) &&
+				 to > un)
+				to = un;
+		}
+		expires = now + to;
+		if (e->expires != expires) /* the clock ticks per jiffy: spare the store */
+			e->expires = expires;
+	}
 	if (!confirmed && (e->status & CT_F_SEEN_REPLY))
 		return confirm(p, e);
 	return V_ALLOW;
+}
+
+/* ct_for_us: the frame is addressed to the ingress interface (the kernel's PACKET_HOST), the
+ * only frames the kernel forwards. TC has the skb's pkt_type; XDP compares the destination MAC
+ * with the interface's (ct_ifmac; unchecked where user space did not set it). */
+static __always_inline int ct_for_us(CT_CTX *ctx, struct ethhdr *eth)
+{
+#ifdef CT_HOOK_TC
+	return ctx->pkt_type == 0; /* PACKET_HOST */
+#else
+	__u32 in = ctx->ingress_ifindex;
+	struct ct_ifmac *m;
+
+	if (!eth)
+		return 1;
+	m = bpf_map_lookup_elem(&ct_ifmac, &in);
+	if (!m || !m->set)
+		return 1;
+	return *(__u32 *)eth->h_dest == *(__u32 *)m->mac &&
+	       *(__u16 *)(eth->h_dest + 4) == *(__u16 *)(m->mac + 4);
+#endif
 }
 
 /* ct_beyond: an L3 packet of l3len bytes at l3 would end past the packet. XDP's frame is all
@@ -307,7 +365,7 @@ int conntrack_xdp(CT_CTX *ctx)
 	struct bpf_fib_lookup fib = {};
 	struct iphdr *iph = NULL;
 	struct ipv6hdr *ip6 = NULL;
-	struct ethhdr *eth;
+	struct ethhdr *eth = NULL;
 	struct ct_entry *main = NULL;
 	struct pkt p = {};
 	__u32 src[4] = {}, dst[4] = {};
@@ -335,6 +393,8 @@ int conntrack_xdp(CT_CTX *ctx)
 	c.pos = data;
 	c.end = data_end;
 	eproto = parse_ethhdr(&c, &eth);
+	if (!ct_for_us(ctx, eth))
+		return pass(); /* as ip_rcv: the kernel drops frames for other hosts */
 	if (eproto == bpf_htons(ETH_P_IP)) {
 		void *l3 = c.pos;
 
@@ -431,7 +491,7 @@ __noinline int ct_sweep_key(struct ct_key *key, __u32 table, __u64 now)
 	e = bpf_map_lookup_elem(map, key);
 	if (!e || e->expires > now)
 		return 0;
-	return destroy(map, key, e);
+	return destroy(map, key, e, table != 0);
 }
 
 /* ct_sweep removes the batch's keys whose entries have expired, with DESTROY events: user space

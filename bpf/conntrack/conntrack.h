@@ -27,6 +27,8 @@ enum ct_timeout {
 	CT_TO_UDP_UNREPLIED = CT_TCP_MAX,
 	CT_TO_UDP_STREAM,
 	CT_TO_ICMP,
+	CT_TO_TCP_UNACK,   /* nf's tcp_timeout_unacknowledged: cap while data is unacknowledged */
+	CT_TO_TCP_RETRANS, /* nf's tcp_timeout_max_retrans: cap after max_retrans retransmissions */
 	CT_TO_MAX,
 };
 
@@ -49,6 +51,10 @@ enum ct_stat {
 	CT_STAT_INV_ICMP,      /* ICMP error matching nothing, or untracked ICMP type */
 	CT_STAT_INV_MALFORMED, /* truncated or inconsistent transport header */
 	CT_STAT_WINDOW_IGNORED, /* TCP old retransmission / delayed ACK: passed untouched (nf) */
+	CT_STAT_TCP_IGNORED,	/* TCP packet nf's state table ignores (a SYN on a live tuple, ...):
+				 * passed and remembered, the timeout not refreshed (nf) */
+	CT_STAT_EMB_REMOVED,	/* unconfirmed entries deleted (confirmed, expired, swept, flushed,
+				 * ...):    new - this - entries left = what the LRU evicted */
 	CT_STAT_MAX,
 };
 
@@ -72,8 +78,10 @@ enum ct_event_type {
 
 /* TCP per-direction flags (ct_tcp_dir.flags), as nf's IP_CT_TCP_FLAG_*. */
 #define CT_TCP_F_WSCALE	    0x01
+#define CT_TCP_F_CLOSE_INIT 0x02 /* this direction sent the FIN that began the close */
 #define CT_TCP_F_SACK_PERM  0x04
 #define CT_TCP_F_BE_LIBERAL 0x08 /* no window checks: a connection picked up mid-stream */
+#define CT_TCP_F_DATA_UNACK 0x10 /* this direction sent data the other has not acknowledged */
 #define CT_TCP_F_MAXACK_SET 0x20
 
 /* Canonical 5-tuple: the lower (address, port) endpoint first, so both directions of a
@@ -126,12 +134,15 @@ struct ct_entry {
 	 * end and window) and by an accepted one (its end if a plain ACK). A SYN-ACK acknowledging
 	 * an ignored SYN re-syncs; a RST answering an ignored SYN or ACK closes. */
 	__u32 last_end;	  /* that packet's seq + len (+SYN/FIN) */
+	__u32 last_seq;	  /* its seq (nf's retransmission check: the same ACK segment again) */
+	__u32 last_ack;	  /* an accepted plain ACK's ack */
 	__u16 last_win;	  /* an ignored packet's window */
 	__u8 last_index;  /* its flag class (enum tcp_bit_set) + 1; 0: none yet */
 	__u8 last_dir;	  /* its direction */
 	__u8 last_wscale; /* an ignored SYN's window scale */
 	__u8 last_flags;  /* an ignored SYN's CT_TCP_F_WSCALE | CT_TCP_F_SACK_PERM */
-	__u8 pad[2];
+	__u8 retrans;	  /* the last plain ACK segment seen again in a row, as nf's retrans */
+	__u8 pad;
 };
 
 /* Run-time configuration (ct_config[0]): changed by user space without reloading. */
@@ -145,6 +156,15 @@ struct ct_config {
 struct ct_port_key {
 	__u16 port; /* network order */
 	__u8 proto;
+	__u8 pad;
+};
+
+/* Value of ct_ifmac: the MAC address of an attached interface, for XDP's stand-in for the
+ * kernel's pkt_type check (only frames addressed to the router are forwarded). */
+#define CT_IFMAC_MAX 4096 /* interfaces with a larger ifindex go unchecked (fail open) */
+struct ct_ifmac {
+	__u8 mac[6];
+	__u8 set;
 	__u8 pad;
 };
 

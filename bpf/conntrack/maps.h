@@ -21,6 +21,9 @@
 
 /* 0: firewall (drop what the policy refuses); 1: track only (never drop). */
 volatile const __u32 track_only = 0;
+/* nf_conntrack_tcp_max_retrans: after this many identical ACK segments in a row the timeout is
+ * capped at tcp_retrans. */
+volatile const __u32 tcp_max_retrans = 3;
 /* Length of a jiffy in ns (10^9 / CONFIG_HZ) and jiffies at boot (INITIAL_JIFFIES), set by the
  * loader: ct_now is then close to CLOCK_MONOTONIC, the clock of tables pinned by older builds. */
 volatile const __u64 jiffy_ns = 0;
@@ -65,6 +68,14 @@ struct {
 	__type(value, __u32);
 	__uint(max_entries, 64);
 } tx_ports SEC(".maps");
+
+/* key = ifindex (< CT_IFMAC_MAX), value = struct ct_ifmac: attached interfaces' MACs */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct ct_ifmac);
+	__uint(max_entries, CT_IFMAC_MAX);
+} ct_ifmac SEC(".maps");
 
 /* key = struct ct_port_key, value = 1: outside may open connections to this port */
 struct {

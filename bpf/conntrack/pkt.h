@@ -25,6 +25,7 @@ struct pkt {
 	__u8 has_wscale;
 	__u8 sack_perm; /* from a SYN's options */
 	__u8 new_ok;	/* may open a connection (TCP SYN, UDP, echo request) */
+	__u8 shorten;	/* refused, and the timeout is to be shortened (nf_tcp_handle_invalid) */
 };
 
 enum verdict {

@@ -20,12 +20,14 @@ static __always_inline __u32 entry_timeout_slot(__u8 proto, __u32 state, __u32 s
 
 /* destroy deletes key's entry e from map and reports it on ct_events; of several CPUs deleting
  * one entry, only the one whose delete succeeds reports it. Returns 1 if this call removed it. */
-static __always_inline int destroy(void *map, struct ct_key *key, struct ct_entry *e)
+static __always_inline int destroy(void *map, struct ct_key *key, struct ct_entry *e, int emb)
 {
 	__u32 status = e->status, state = e->state; /* e may be reused once deleted */
 
 	if (bpf_map_delete_elem(map, key))
 		return 0;
+	if (emb)
+		fp_count(&ct_stats, CT_STAT_EMB_REMOVED);
 	emit(key, CT_EVENT_DESTROY, status, state);
 	return 1;
 }
@@ -42,7 +44,7 @@ static __always_inline struct ct_entry *lookup(struct ct_key *key, __u64 now, in
 	if (e) {
 		if (e->expires > now)
 			return e;
-		if (destroy(&ct_main, key, e))
+		if (destroy(&ct_main, key, e, 0))
 			fp_count(&ct_stats, CT_STAT_EXPIRED);
 		return NULL;
 	}
@@ -51,7 +53,7 @@ static __always_inline struct ct_entry *lookup(struct ct_key *key, __u64 now, in
 	if (e) {
 		if (e->expires > now)
 			return e;
-		if (destroy(&ct_emb, key, e))
+		if (destroy(&ct_emb, key, e, 1))
 			fp_count(&ct_stats, CT_STAT_EXPIRED);
 	}
 	return NULL;
@@ -110,7 +112,8 @@ static __always_inline int confirm(struct pkt *p, struct ct_entry *e)
 
 	err = bpf_map_update_elem(&ct_main, &p->key, e, BPF_NOEXIST); /* copies e */
 	if (err == 0 || err == -EEXIST /* another CPU confirmed it */) {
-		bpf_map_delete_elem(&ct_emb, &p->key);
+		if (bpf_map_delete_elem(&ct_emb, &p->key) == 0)
+			fp_count(&ct_stats, CT_STAT_EMB_REMOVED);
 		if (err == 0)
 			fp_count(&ct_stats, CT_STAT_ESTABLISHED);
 		return V_ALLOW;

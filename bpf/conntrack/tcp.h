@@ -70,6 +70,19 @@ static __always_inline int after(__u32 a, __u32 b)
 	return before(b, a);
 }
 
+/* A direction's flags change by atomic or / and on the 32-bit word they share with td_scale
+ * (flags is its second byte, little endian), so concurrent updates of different bits keep
+ * each other. */
+static __always_inline void dir_flag_set(struct ct_tcp_dir *d, __u8 f)
+{
+	__sync_fetch_and_or((__u32 *)&d->td_scale, (__u32)f << 8);
+}
+
+static __always_inline void dir_flag_clear(struct ct_tcp_dir *d, __u8 f)
+{
+	__sync_fetch_and_and((__u32 *)&d->td_scale, ~((__u32)f << 8));
+}
+
 /* seq_max raises *p to v if v is after it; concurrent callers never move it backwards. */
 static __always_inline void seq_max(__u32 *p, __u32 v)
 {
@@ -319,11 +332,13 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 	if (!p->tcp_syn)
 		win <<= sender->td_scale;
 	num_max(&sender->td_maxwin, win + (sack - ack));
+	if (after(end, sender->td_end) && !(sender->flags & CT_TCP_F_DATA_UNACK))
+		dir_flag_set(sender, CT_TCP_F_DATA_UNACK); /* nf: new data, not acknowledged yet */
 	seq_max(&sender->td_end, end);
 	if (p->tcp_ack) {
 		if (!(sender->flags & CT_TCP_F_MAXACK_SET)) {
 			sender->td_maxack = ack;
-			sender->flags |= CT_TCP_F_MAXACK_SET;
+			dir_flag_set(sender, CT_TCP_F_MAXACK_SET);
 		} else {
 			seq_max(&sender->td_maxack, ack);
 		}
@@ -331,9 +346,25 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 	if (receiver->td_maxwin != 0 && after(end, sender->td_maxend))
 		__sync_fetch_and_add(&receiver->td_maxwin, end - sender->td_maxend);
 	seq_max(&receiver->td_maxend, sack + (win ? win : 1));
-	/* nf's retransmission bookkeeping keeps a plain ACK's end (a RST may answer it). */
-	if (p->tcp_index == TCP_ACK_SET && e->last_end != end)
-		e->last_end = end;
+	if (ack == receiver->td_end && (receiver->flags & CT_TCP_F_DATA_UNACK))
+		dir_flag_clear(receiver,
+			       CT_TCP_F_DATA_UNACK); /* all of the receiver's data acked */
+	/* nf's retransmission check: the same ACK segment (dir, seq, ack, end, raw window) again
+	 * counts a retransmission, anything else starts over; a RST may answer its end. */
+	if (p->tcp_index == TCP_ACK_SET) {
+		if (e->last_dir == dir && e->last_seq == seq && e->last_ack == ack &&
+		    e->last_end == end && e->last_win == (__u16)p->win) {
+			if (e->retrans < 255)
+				e->retrans++;
+		} else {
+			e->last_dir = dir;
+			e->last_seq = seq;
+			e->last_ack = ack;
+			e->last_end = end;
+			e->last_win = p->win;
+			e->retrans = 0;
+		}
+	}
 	return WIN_ACCEPT;
 }
 
@@ -360,9 +391,11 @@ static __always_inline void tcp_resync(struct ct_entry *e, __u32 dir)
 #define LAST(index) ((index) + 1) /* ct_entry.last_index of a flag class */
 
 /* ct_tcp_update moves the connection through nf's state table. Returns 0 to allow, a CT_STAT_INV_*
- * reason to refuse, -2 to pass untouched (nf's NFCT_TCP_IGNORE), or -1 when the entry goes: a
- * SYN reopens a closed connection (the caller deletes the entry and starts a new one), or a RST
- * ends a connection that never had a reply (the caller deletes it and passes the RST). */
+ * reason to refuse, -2 to pass untouched (nf's NFCT_TCP_IGNORE), -3 to pass a packet the state
+ * table ignores (nf's TCP_CONNTRACK_IGNORE: remembered in last_*, nothing refreshed), or -1 when
+ * the entry goes: a SYN reopens a closed connection (the caller deletes the entry and starts a new
+ * one), or a RST ends a connection that never had a reply (the caller deletes it and passes the
+ * RST). */
 __noinline int ct_tcp_update(struct ct_entry *e, struct pkt *p, __u32 dir, __u32 liberal,
 			     __u32 *state_out)
 {
@@ -382,9 +415,15 @@ __noinline int ct_tcp_update(struct ct_entry *e, struct pkt *p, __u32 dir, __u32
 
 	switch (newst) {
 	case CT_TCP_SYN_SENT:
-		if (old >= CT_TCP_TIME_WAIT)
-			return -1; /* RFC 1122: SYN reopens TIME_WAIT / CLOSE */
-		break;
+		if (old < CT_TCP_TIME_WAIT)
+			break;
+		/* RFC 1122: a SYN reopens TIME_WAIT / CLOSE — under nf's condition: the connection
+		 * was closed by a FIN (CLOSE_INIT, either side) or aborted by a RST from the SYN's
+		 * side. Otherwise (e.g. the other side's RST) the SYN is ignored, as in nf. */
+		if (((e->tcp[0].flags | e->tcp[1].flags) & CT_TCP_F_CLOSE_INIT) ||
+		    (e->last_dir == dir && e->last_index == LAST(TCP_RST_SET)))
+			return -1;
+		__attribute__((fallthrough));
 	case CT_TCP_IGNORE:
 		if (p->tcp_index == TCP_SYNACK_SET && e->last_index == LAST(TCP_SYN_SET) &&
 		    e->last_dir != dir && p->ack == e->last_end) {
@@ -400,6 +439,7 @@ __noinline int ct_tcp_update(struct ct_entry *e, struct pkt *p, __u32 dir, __u32
 		e->last_index = LAST(p->tcp_index);
 		e->last_dir = dir;
 		e->last_end = p->end;
+		e->last_seq = p->seq;
 		e->last_win = p->win;
 		if (p->tcp_index == TCP_SYN_SET && dir == 0) {
 			e->last_wscale = p->has_wscale ? p->wscale : 0;
@@ -407,7 +447,7 @@ __noinline int ct_tcp_update(struct ct_entry *e, struct pkt *p, __u32 dir, __u32
 					(p->sack_perm ? CT_TCP_F_SACK_PERM : 0);
 		}
 		*state_out = old;
-		return 0;
+		return -3; /* passed, remembered; no refresh, no accounting (nf returns early) */
 	case CT_TCP_MAX:
 		return CT_STAT_INV_TCP_STATE;
 	case CT_TCP_SYN_RECV:
@@ -451,14 +491,18 @@ __noinline int ct_tcp_update(struct ct_entry *e, struct pkt *p, __u32 dir, __u32
 
 	switch (tcp_in_window(e, p, dir, old, liberal)) {
 	case WIN_INVALID:
-		/* nf_tcp_handle_invalid's memory of an out-of-window FIN or RST (its timeout
-		 * shortening is not done here). */
+		/* nf_tcp_handle_invalid: an assured connection's out-of-window FIN or RST is
+		 * remembered; one answering the other side's remembered FIN or RST has the caller
+		 * shorten the timeout (the endpoints and we are out of sync: let it age out). */
 		if ((e->status & CT_F_ASSURED) &&
-		    (p->tcp_index == TCP_RST_SET || p->tcp_index == TCP_FIN_SET) &&
-		    !(e->last_dir != dir &&
-		      (e->last_index == LAST(TCP_RST_SET) || e->last_index == LAST(TCP_FIN_SET)))) {
-			e->last_index = LAST(p->tcp_index);
-			e->last_dir = dir;
+		    (p->tcp_index == TCP_RST_SET || p->tcp_index == TCP_FIN_SET)) {
+			if (e->last_dir != dir && (e->last_index == LAST(TCP_RST_SET) ||
+						   e->last_index == LAST(TCP_FIN_SET))) {
+				p->shorten = 1;
+			} else {
+				e->last_index = LAST(p->tcp_index);
+				e->last_dir = dir;
+			}
 		}
 		return p->tcp_rst ? CT_STAT_INV_RST : CT_STAT_INV_WINDOW;
 	case WIN_IGNORE:
@@ -473,6 +517,9 @@ in_window:
 		e->last_dir = dir;
 	if (newst != cur && __sync_val_compare_and_swap(&e->state, cur, newst) != cur)
 		newst = *(volatile __u32 *)&e->state; /* another CPU moved it: its result stands */
+	else if (newst == CT_TCP_FIN_WAIT && cur != CT_TCP_FIN_WAIT)
+		dir_flag_set(&e->tcp[dir & 1],
+			     CT_TCP_F_CLOSE_INIT); /* this CPU made the move (nf) */
 	*state_out = newst;
 	/* If the only reply is a RST, the connection never was: nf deletes it at once. */
 	if (p->tcp_rst && !(e->status & CT_F_SEEN_REPLY))

@@ -34,4 +34,20 @@ int lab_loss(struct __sk_buff *skb)
 	return TC_ACT_UNSPEC; /* let later filters run */
 }
 
+/* The same loss as an XDP program, on the receiving end of a link whose sender forwards with
+ * XDP redirects (topology `xdp: true`): a redirected frame skips the sender's clsact and
+ * qdiscs, so the link's loss is applied where it arrives, per frame, before GRO can merge
+ * frames into one skb (which would turn single losses into bursts). An XDP program on the
+ * receiving veth also lets it receive the redirects. */
+SEC("xdp")
+int lab_loss_xdp(struct xdp_md *ctx)
+{
+	if ((__u64)bpf_get_prandom_u32() < loss_threshold) {
+		fp_count(&loss_stats, LOSS_STAT_DROPPED);
+		return XDP_DROP;
+	}
+	fp_count(&loss_stats, LOSS_STAT_PASSED);
+	return XDP_PASS;
+}
+
 char _license[] SEC("license") = "Dual BSD/GPL";

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowplane/flowplane/internal/cli"
+	"github.com/flowplane/flowplane/internal/ipnet"
 	"github.com/flowplane/flowplane/internal/pin"
 )
 
@@ -41,7 +42,7 @@ func runCmd() *cobra.Command {
 	var file, metrics, mode, hook string
 	var liberal bool
 	cmd := &cobra.Command{
-		Use:   "run --inside IF --outside IF [--hook xdp|tc] [--config FILE] [--metrics ADDR]",
+		Use:   "run --inside IF --outside IF [--hook auto|xdp|tc] [--config FILE] [--metrics ADDR]",
 		Short: "attach to the interfaces and track until interrupted",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -96,7 +97,7 @@ func runCmd() *cobra.Command {
 	f.StringVar(&file, "config", "", "YAML configuration file (docs/conntrack.md)")
 	f.StringVar(&metrics, "metrics", "", "serve Prometheus /metrics on this address (host:port)")
 	f.StringVar(&mode, "mode", "firewall", "firewall (drop refused packets) or track (only observe)")
-	f.StringVar(&hook, "hook", "xdp", "where to run: xdp (before the skb; fastest per packet) or tc (tcx ingress, after GRO; best on veth)")
+	f.StringVar(&hook, "hook", HookAuto, "where to run: auto (per interface: xdp where it can forward at full speed, tc elsewhere), xdp (before the skb; fastest per packet; refused where it would lose traffic) or tc (tcx ingress, after GRO)")
 	f.BoolVar(&liberal, "liberal", false, "accept TCP segments outside the tracked window (nf's tcp_be_liberal)")
 	f.StringArrayVar(&timeouts, "timeout", nil, "override a timeout, e.g. tcp_established=1h (repeatable)")
 	return cmd
@@ -105,9 +106,9 @@ func runCmd() *cobra.Command {
 func interfaces(names []string) ([]*net.Interface, error) {
 	var out []*net.Interface
 	for _, n := range names {
-		ifc, err := net.InterfaceByName(n)
+		ifc, err := ipnet.Interface(n)
 		if err != nil {
-			return nil, cli.Usagef("interface %q: %v", n, err)
+			return nil, cli.Usage(err)
 		}
 		out = append(out, ifc)
 	}
@@ -208,6 +209,9 @@ func protoNumber(p string) int {
 // withTables runs fn on this namespace's pinned tables and closes them after.
 func withTables(fn func(t *Tables) error) error {
 	t, err := OpenPinned()
+	if errors.Is(err, ErrNoInstance) {
+		return cli.Usage(err)
+	}
 	if err != nil {
 		return err
 	}
@@ -249,11 +253,20 @@ func statsCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
-						"counters": c, "entries": map[string]int{"confirmed": conf, "unconfirmed": unconf}})
+				hooks, err := AttachedHooks()
+				if err != nil {
+					return err
 				}
-				return printStats(cmd.OutOrStdout(), c, conf, unconf)
+				if asJSON {
+					if hooks == nil {
+						hooks = []IfaceHook{}
+					}
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
+						"counters": c, "entries": map[string]int{"confirmed": conf, "unconfirmed": unconf},
+						"unconfirmed_evicted": Evicted(c, unconf),
+						"interfaces":          hooks, "running": len(hooks) > 0})
+				}
+				return printStats(cmd.OutOrStdout(), c, conf, unconf, hooks)
 			})
 		},
 	}
@@ -261,10 +274,17 @@ func statsCmd() *cobra.Command {
 	return cmd
 }
 
-func printStats(w io.Writer, c Counters, conf, unconf int) error {
+func printStats(w io.Writer, c Counters, conf, unconf int, hooks []IfaceHook) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(hooks) == 0 {
+		fmt.Fprintf(tw, "running\tno (the tables are pinned; no run is attached)\n")
+	}
+	for _, h := range hooks {
+		fmt.Fprintf(tw, "interface %s\t%s, hook %s\n", h.Interface, h.Role, h.Hook)
+	}
 	fmt.Fprintf(tw, "entries confirmed\t%d\n", conf)
 	fmt.Fprintf(tw, "entries unconfirmed\t%d\n", unconf)
+	fmt.Fprintf(tw, "unconfirmed_evicted\t%d\n", Evicted(c, unconf))
 	for _, n := range StatNames {
 		fmt.Fprintf(tw, "%s\t%d\n", n, c[n])
 	}

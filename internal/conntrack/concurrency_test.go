@@ -29,7 +29,7 @@ func TestConcurrentUpdates(t *testing.T) {
 			errs <- nsrun.Do(f.ns, func() error {
 				prog := f.d.Program()
 				send := func(frame []byte, ifindex int) (uint32, error) {
-					r, err := progrun.Exec(prog, frame, ifindex)
+					r, err := progrun.Exec(prog, f.addressed(frame, ifindex), ifindex)
 					return r.Ret, err
 				}
 				for i := 0; i < rounds; i++ {

@@ -19,6 +19,7 @@ import (
 var timeoutNames = []string{
 	"tcp_none", "tcp_syn_sent", "tcp_syn_recv", "tcp_established", "tcp_fin_wait", "tcp_close_wait",
 	"tcp_last_ack", "tcp_time_wait", "tcp_close", "tcp_syn_sent2", "udp_unreplied", "udp_stream", "icmp",
+	"tcp_unacknowledged", "tcp_retrans",
 }
 
 // DefaultTimeouts are nf_conntrack's defaults.
@@ -37,6 +38,10 @@ func DefaultTimeouts() map[string]time.Duration {
 		"udp_unreplied":   30 * time.Second,
 		"udp_stream":      120 * time.Second,
 		"icmp":            30 * time.Second,
+		// nf_conntrack_tcp_timeout_unacknowledged: the cap while data is unacknowledged.
+		"tcp_unacknowledged": 300 * time.Second,
+		// nf_conntrack_tcp_timeout_max_retrans: the cap after 3 retransmissions in a row.
+		"tcp_retrans": 300 * time.Second,
 	}
 }
 
@@ -47,7 +52,8 @@ type Config struct {
 	Outside []string
 	// Mode is "firewall" (drop what the policy refuses) or "track" (observe only).
 	Mode string
-	// Hook is where the program runs: "xdp" (default) or "tc" (tcx ingress, after GRO).
+	// Hook is where the program runs: "auto" (default: per interface, XDP where it can forward
+	// at full speed, tc elsewhere), "xdp", or "tc" (tcx ingress, after GRO).
 	Hook string
 	// Liberal accepts TCP segments outside the tracked window (nf's tcp_be_liberal).
 	Liberal bool
@@ -143,8 +149,8 @@ func decodeConfig(file string, data []byte) (*Config, error) {
 			}
 		case "hook":
 			if s, ok := el.Scalar(v, key); ok {
-				if s != HookXDP && s != HookTC {
-					el.Add(v.Line, key, "%q: want %s or %s", s, HookXDP, HookTC)
+				if s != HookAuto && s != HookXDP && s != HookTC {
+					el.Add(v.Line, key, "%q: want %s, %s or %s", s, HookAuto, HookXDP, HookTC)
 				}
 				c.Hook = s
 			}
@@ -205,7 +211,7 @@ type PortRule struct {
 // resolved is a validated Config, in the BPF program's terms.
 type resolved struct {
 	trackOnly bool
-	hook      string // HookXDP or HookTC
+	hook      string // HookAuto, HookXDP or HookTC
 	liberal   bool
 	loose     bool
 	timeouts  [len(ctCtConfig{}.Timeout)]uint32
@@ -266,12 +272,14 @@ func (c *Config) resolve() (*resolved, error) {
 		return nil, fmt.Errorf("mode %q: want firewall or track", c.Mode)
 	}
 	switch c.Hook {
-	case "", HookXDP:
+	case "", HookAuto:
+		r.hook = HookAuto
+	case HookXDP:
 		r.hook = HookXDP
 	case HookTC:
 		r.hook = HookTC
 	default:
-		return nil, fmt.Errorf("hook %q: want xdp or tc", c.Hook)
+		return nil, fmt.Errorf("hook %q: want auto, xdp or tc", c.Hook)
 	}
 	over := map[string]time.Duration{}
 	names := make([]string, 0, len(c.Timeouts))

@@ -43,7 +43,7 @@ func TestDecodeConfigErrors(t *testing.T) {
 		{"unknown key", "mode: track\nhooks: tc\n", []string{`ct.yaml:2: hooks: unknown key "hooks"; known keys here: allow, hook,`}},
 		{"all at once", "mode: fast\nhook: nic\nliberal: maybe\n", []string{
 			`ct.yaml:1: mode: "fast": want firewall or track`,
-			`ct.yaml:2: hook: "nic": want xdp or tc`,
+			`ct.yaml:2: hook: "nic": want auto, xdp or tc`,
 			`ct.yaml:3: liberal: "maybe" is not true or false`}},
 		{"timeout", "timeouts:\n  tcp_established: 0.5s\n  tcp_nope: 1s\n", []string{
 			"ct.yaml:2: timeouts.tcp_established: timeout tcp_established=0.5s: must be a whole number of seconds",

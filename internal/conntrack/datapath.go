@@ -45,17 +45,20 @@ const (
 	HookTC  = "tc"  // tcx ingress: on the skb, after GRO
 )
 
-// Datapath is the loaded program and its maps.
+// Datapath is the loaded program (one build, or both on the same maps) and its maps.
 type Datapath struct {
-	objs  ctObjects // maps and ct_sweep; ConntrackXdp only with the XDP hook
+	objs  ctObjects // maps and ct_sweep; ConntrackXdp only with the XDP build
 	prog  *ebpf.Program
-	hook  string
+	hook  string        // the build of prog
+	other *ebpf.Program // the TC build when both are loaded (prog is then the XDP one)
 	dir   string
 	links []link.Link
+	hooks *ebpf.Map // ct_hooks: which hook each attached interface got (pinned, for stats)
 }
 
 // Load loads the program with cfg's settings, reusing the pinned tables of this namespace's
-// instance if there are any, and pins its maps. Nothing is attached yet.
+// instance if there are any, and pins its maps. Nothing is attached yet. With the auto hook
+// both builds are loaded, sharing every table.
 func Load(cfg *resolved) (*Datapath, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
@@ -127,6 +130,9 @@ func load(cfg *resolved, dir string, pinned bool) (*Datapath, error) {
 		}
 	}
 	d := &Datapath{dir: dir, hook: cfg.hook}
+	if cfg.hook == HookAuto {
+		d.hook = HookXDP
+	}
 	if cfg.hook == HookTC {
 		var tc ctTcObjects
 		err = spec.LoadAndAssign(&tc, opts)
@@ -147,6 +153,12 @@ func load(cfg *resolved, dir string, pinned bool) (*Datapath, error) {
 			return nil, fmt.Errorf("load conntrack program: %+v", ve)
 		}
 		return nil, fmt.Errorf("load conntrack program: %w", err)
+	}
+	if cfg.hook == HookAuto {
+		if err := d.loadOther(cfg); err != nil {
+			d.Close()
+			return nil, err
+		}
 	}
 	if err := d.SetSettings(cfg.timeouts, cfg.liberal, cfg.loose); err != nil {
 		d.Close()
@@ -175,8 +187,48 @@ func boolU32(b bool) uint32 {
 // Program is the forwarding program, XDP or TC (tests run it with BPF_PROG_TEST_RUN).
 func (d *Datapath) Program() *ebpf.Program { return d.prog }
 
-// Hook is HookXDP or HookTC.
+// Hook is HookXDP or HookTC: the build of Program.
 func (d *Datapath) Hook() string { return d.hook }
+
+// loadOther loads the TC build next to the XDP one, on the same maps (per-CPU scratch
+// space apart), with the same settings.
+func (d *Datapath) loadOther(cfg *resolved) error {
+	spec, err := loadCtTc()
+	if err != nil {
+		return fmt.Errorf("load conntrack tc spec: %w", err)
+	}
+	if err := spec.Variables["track_only"].Set(boolU32(cfg.trackOnly)); err != nil {
+		return fmt.Errorf("set mode: %w", err)
+	}
+	if err := setClock(spec); err != nil {
+		return err
+	}
+	m := d.objs.ctMaps
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
+		"ct_main": m.CtMain, "ct_emb": m.CtEmb, "ct_settings": m.CtSettings, "ct_ifaces": m.CtIfaces,
+		"tx_ports": m.TxPorts, "ct_allow_port": m.CtAllowPort, "ct_allow_net": m.CtAllowNet,
+		"ct_events": m.CtEvents, "ct_stats": m.CtStats, "ct_ifmac": m.CtIfmac,
+	}}
+	for n, mp := range opts.MapReplacements {
+		info, err := mp.Info()
+		if err != nil {
+			return fmt.Errorf("%s: %w", n, err)
+		}
+		spec.Maps[n].MaxEntries = info.MaxEntries
+	}
+	var objs struct {
+		Prog *ebpf.Program `ebpf:"conntrack_tc"`
+	}
+	if err := spec.LoadAndAssign(&objs, opts); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("load conntrack tc program: %+v", ve)
+		}
+		return fmt.Errorf("load conntrack tc program: %w", err)
+	}
+	d.other = objs.Prog
+	return nil
+}
 
 // Tables returns the program's maps, with the sweep program.
 func (d *Datapath) Tables() *Tables {
@@ -215,6 +267,30 @@ func (d *Datapath) setPolicy(cfg *resolved) error {
 // AddInterface gives ifindex a role and lets the program redirect to it (without attaching;
 // tests use this to run the program on crafted packets).
 func (d *Datapath) AddInterface(ifindex int, inside bool) error {
+	return d.addInterface(ifindex, inside, d.hook)
+}
+
+// SetMAC tells the XDP program ifindex's MAC address: frames arriving there addressed to
+// another are left to the kernel (which drops them), as the kernel's pkt_type check does.
+// Without it (or for an ifindex ≥ CT_IFMAC_MAX) the XDP program forwards whatever arrives.
+func (d *Datapath) SetMAC(ifindex int, mac net.HardwareAddr) error {
+	if ifindex >= ctIfmacMax || len(mac) != 6 {
+		return nil
+	}
+	v := ctCtIfmac{Set: 1}
+	copy(v.Mac[:], mac)
+	if err := d.objs.CtIfmac.Put(uint32(ifindex), &v); err != nil {
+		return fmt.Errorf("set MAC of interface %d: %w", ifindex, err)
+	}
+	return nil
+}
+
+// ctIfmacMax is CT_IFMAC_MAX of conntrack.h.
+const ctIfmacMax = 4096
+
+// addInterface gives ifindex a role; XDP redirects only into interfaces of the XDP hook (the
+// devmap): what XDP forwards towards a tc interface goes to the kernel (XDP_PASS), tracked.
+func (d *Datapath) addInterface(ifindex int, inside bool, hook string) error {
 	role := uint32(ctCtRoleCT_ROLE_OUTSIDE)
 	if inside {
 		role = uint32(ctCtRoleCT_ROLE_INSIDE)
@@ -222,7 +298,7 @@ func (d *Datapath) AddInterface(ifindex int, inside bool) error {
 	if err := d.objs.CtIfaces.Put(uint32(ifindex), role); err != nil {
 		return fmt.Errorf("set role of interface %d: %w", ifindex, err)
 	}
-	if d.hook == HookTC {
+	if hook == HookTC {
 		return nil // bpf_redirect checks ct_ifaces; the devmap is XDP's
 	}
 	if err := d.objs.TxPorts.Put(uint32(ifindex), uint32(ifindex)); err != nil {
@@ -231,14 +307,33 @@ func (d *Datapath) AddInterface(ifindex int, inside bool) error {
 	return nil
 }
 
-// Attach gives ifc its role and attaches the program to it: XDP in native (driver) mode,
-// falling back to generic mode, or TC at tcx ingress.
+// Attach gives ifc its role and attaches the program to it with the hook of the loaded build.
 func (d *Datapath) Attach(ifc *net.Interface, inside bool) error {
-	if err := d.AddInterface(ifc.Index, inside); err != nil {
+	return d.AttachHook(ifc, inside, d.hook)
+}
+
+// AttachHook gives ifc its role and attaches the program to it: XDP in native (driver) mode,
+// falling back to generic mode, or TC at tcx ingress.
+func (d *Datapath) AttachHook(ifc *net.Interface, inside bool, hook string) error {
+	prog := d.prog
+	switch {
+	case hook == d.hook:
+	case hook == HookTC && d.other != nil:
+		prog = d.other
+	default:
+		return fmt.Errorf("attach %s: the %s build is not loaded", ifc.Name, hook)
+	}
+	if err := d.addInterface(ifc.Index, inside, hook); err != nil {
 		return err
 	}
-	if d.hook == HookTC {
-		l, err := link.AttachTCX(link.TCXOptions{Program: d.prog, Attach: ebpf.AttachTCXIngress, Interface: ifc.Index})
+	if err := d.recordHook(ifc.Index, hook, inside); err != nil {
+		return err
+	}
+	if err := d.SetMAC(ifc.Index, ifc.HardwareAddr); err != nil {
+		return err
+	}
+	if hook == HookTC {
+		l, err := link.AttachTCX(link.TCXOptions{Program: prog, Attach: ebpf.AttachTCXIngress, Interface: ifc.Index})
 		if err != nil {
 			return fmt.Errorf("attach tcx ingress to %s: %w", ifc.Name, err)
 		}
@@ -284,6 +379,16 @@ func (d *Datapath) Close() error {
 	d.links = nil
 	if d.hook == HookTC && d.prog != nil {
 		errs = append(errs, d.prog.Close()) // not in d.objs
+	}
+	if d.other != nil {
+		errs = append(errs, d.other.Close())
+	}
+	if d.hooks != nil {
+		if d.hooks.IsPinned() {
+			errs = append(errs, d.hooks.Unpin()) // nothing is attached any more
+		}
+		errs = append(errs, d.hooks.Close())
+		d.hooks = nil
 	}
 	errs = append(errs, d.objs.Close())
 	return errors.Join(errs...)

@@ -2,6 +2,7 @@ package conntrack
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"testing"
 
@@ -162,6 +163,10 @@ func TestTCPInvalid(t *testing.T) {
 		{name: "rst in window, inexact", frame: tcp(true, "R", ci+1001+100, 0, 0), ret: xdpRedirect, state: "ESTABLISHED"},
 		{name: "rst exact", frame: tcp(true, "R", ci+1001, 0, 0), ret: xdpRedirect, state: "CLOSE"},
 		{name: "ack after rst", frame: tcp(false, "A", si+1, ci+1001, 0), out: true, ret: xdpRedirect, state: "CLOSE"},
+		// nf reopens CLOSE only after a FIN (CLOSE_INIT) or a RST from the SYN's own side as
+		// the last packet: after the server's ACK the SYN passes ignored.
+		{name: "syn after the server's ack is ignored", frame: tcpOpen(true, "S", 77, 0), ret: xdpRedirect, state: "CLOSE", count: "tcp_ignored"},
+		{name: "client rst while closed", frame: tcp(true, "R", ci+1001, 0, 0), ret: xdpRedirect, state: "CLOSE"},
 		{name: "syn reopens CLOSE", frame: tcpOpen(true, "S", 77, 0), ret: xdpRedirect, state: "SYN_SENT", count: "new"},
 		// The only reply is a RST: nf deletes the connection at once.
 		{name: "rst answering syn ends it", frame: tcp(false, "RA", 0, 78, 0), out: true, ret: xdpRedirect, state: "-"},
@@ -271,7 +276,9 @@ func TestTCPRSTAfterIgnored(t *testing.T) {
 			step{name: "rst acking something else is invalid", frame: tcp(false, "RA", 0, ci+5101, 0), out: true, ret: xdpDrop, state: "ESTABLISHED", count: "invalid_rst"},
 			step{name: "new syn again", frame: tcpOpen(true, "S", ci2, 0), ret: xdpRedirect, state: "ESTABLISHED"},
 			step{name: "rst acking it closes", frame: tcp(false, "RA", 0, ci2+1, 0), out: true, ret: xdpRedirect, state: "CLOSE"},
-			step{name: "syn reopens", frame: tcpOpen(true, "S", ci2, 0), ret: xdpRedirect, state: "SYN_SENT", count: "new"},
+			// Closed by the server's RST: nf ignores the client's SYN (no CLOSE_INIT, the last RST
+			// not the SYN's side's).
+			step{name: "syn after the server's rst is ignored", frame: tcpOpen(true, "S", ci2, 0), ret: xdpRedirect, state: "CLOSE", count: "tcp_ignored"},
 		))
 	})
 	t.Run("rst answering an ignored ack closes", func(t *testing.T) {
@@ -647,4 +654,22 @@ func TestRouteCache(t *testing.T) {
 	if r := f.entries()[0].raw.Route[1]; r.LenOk != 1028 {
 		t.Errorf("after a longer packet the cache covers %d bytes, want 1028", r.LenOk)
 	}
+}
+
+// TestNotForUs: frames not addressed to the interface they arrive on (another host's MAC on a
+// promiscuous port, broadcast, multicast) are left to the kernel, which drops them before
+// forwarding (PACKET_OTHERHOST and friends): nothing is tracked or forwarded. The same SYN
+// addressed to the router is.
+func TestNotForUs(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	syn := func(dst net.HardwareAddr) []byte {
+		return packet.IP(inHost, outHost).TCP(40000, 80, "S").Seq(1000).MAC(packet.SrcMAC, dst).Bytes()
+	}
+	f.script(t, []step{
+		{name: "syn to another host's mac", frame: syn(net.HardwareAddr{0x02, 0, 0, 0, 0x77, 0x77}), ret: xdpPass, state: "-", count: "passed"},
+		{name: "syn to broadcast", frame: syn(net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}), ret: xdpPass, state: "-", count: "passed"},
+		{name: "syn to a multicast mac", frame: syn(net.HardwareAddr{0x01, 0, 0x5e, 0, 0, 1}), ret: xdpPass, state: "-", count: "passed"},
+		{name: "syn to the router", frame: syn(f.in.MAC), ret: xdpRedirect, state: "SYN_SENT", count: "new"},
+	})
 }

@@ -414,13 +414,57 @@ func diffScript() []dstep {
 // and the connections each ends with.
 func TestDifferential(t *testing.T) {
 	t.Parallel()
+	differential(t, diffScript())
+}
+
+// TestDifferentialReopen: nf's condition for a SYN to reopen a closed tuple (CLOSE_INIT or a
+// RST from the SYN's side); otherwise the SYN passes ignored and the entry stays CLOSE.
+func TestDifferentialReopen(t *testing.T) {
+	t.Parallel()
+	seg := func(name, from string, sport uint16, flags string, seq, ack uint32) dstep {
+		return dstep{name, from, func(d *diffLab) *packet.Builder {
+			src, dst, sp, dp := d.h1.String(), d.h2.String(), sport, uint16(80)
+			if from == "h2" {
+				src, dst, sp, dp = dst, src, dp, sp
+			}
+			b := packet.IP(src, dst).TCP(sp, dp, flags).Seq(seq).Ack(ack)
+			if strings.Contains(flags, "S") {
+				b = b.WScale(7)
+			}
+			return b
+		}}
+	}
+	var script []dstep
+	hs := func(port uint16) {
+		script = append(script, seg("syn", "h1", port, "S", 100, 0), seg("synack", "h2", port, "SA", 900, 101),
+			seg("ack", "h1", port, "A", 101, 901))
+	}
+	// A: the client aborts, the server's ACK passes last, the client's new SYN is ignored.
+	hs(44000)
+	script = append(script, seg("A: client rst", "h1", 44000, "R", 101, 0), seg("A: server ack", "h2", 44000, "A", 901, 101),
+		seg("A: client syn", "h1", 44000, "S", 5000, 0))
+	// B: the server aborts; the client's SYN is ignored.
+	hs(44001)
+	script = append(script, seg("B: server rst", "h2", 44001, "R", 901, 0), seg("B: client syn", "h1", 44001, "S", 5000, 0))
+	// C: the client aborts and reopens at once: reopened.
+	hs(44002)
+	script = append(script, seg("C: client rst", "h1", 44002, "R", 101, 0), seg("C: client syn", "h1", 44002, "S", 5000, 0))
+	// D: closed by FINs (CLOSE_INIT), reopened by the client.
+	hs(44003)
+	script = append(script, seg("D: client fin", "h1", 44003, "FA", 101, 901), seg("D: server fin", "h2", 44003, "FA", 901, 102),
+		seg("D: client ack", "h1", 44003, "A", 102, 902), seg("D: client syn", "h1", 44003, "S", 5000, 0))
+	differential(t, script)
+}
+
+// differential runs script through r1 under nf_conntrack, then under flowplane, and compares
+// the deliveries and the final states.
+func differential(t *testing.T, script []dstep) {
 	testenv.Need(t, "nft", "conntrack")
 	l := labtest.Up(t, labtest.XDPRouter)
 	d := &diffLab{t: t, l: l}
 	d.h1, d.h2 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "4")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "4"))
 	d.h16, d.h26 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "6")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "6"))
 	d.setup()
-	script := diffScript()
 
 	// nf_conntrack.
 	labtest.Run(t, l, "r1", "sysctl", "-qw", "net.netfilter.nf_conntrack_tcp_loose=1")
@@ -455,5 +499,237 @@ func TestDifferential(t *testing.T) {
 	if strings.Join(fp, "\n") != strings.Join(nf, "\n") {
 		t.Errorf("final state differs\nnf_conntrack:\n  %s\nflowplane:\n  %s", strings.Join(nf, "\n  "), strings.Join(fp, "\n  "))
 	}
-	t.Logf("%d packets, delivered by both: %v", len(script), nfDelivered)
+	t.Logf("%d packets, delivered by both: %v\nfinal states:\n  %s", len(script), nfDelivered, strings.Join(nf, "\n  "))
+}
+
+// tcpSeg is a TCP segment between h1:sport and h2:80 (from is "h1" or "h2").
+func tcpSeg(name, from string, sport uint16, flags string, seq, ack uint32, payload int) dstep {
+	return dstep{name, from, func(d *diffLab) *packet.Builder {
+		src, dst, sp, dp := d.h1.String(), d.h2.String(), sport, uint16(80)
+		if from == "h2" {
+			src, dst, sp, dp = dst, src, dp, sp
+		}
+		b := packet.IP(src, dst).TCP(sp, dp, flags).Seq(seq).Ack(ack)
+		if strings.Contains(flags, "S") {
+			b = b.WScale(7)
+		}
+		if payload > 0 {
+			b = b.Payload(make([]byte, payload))
+		}
+		return b
+	}}
+}
+
+// handshakeOn is a three-way handshake h1:port → h2:80 (client ISN 100, server 900).
+func handshakeOn(port uint16) []dstep {
+	return []dstep{tcpSeg("syn", "h1", port, "S", 100, 0, 0), tcpSeg("synack", "h2", port, "SA", 900, 101, 0),
+		tcpSeg("ack", "h1", port, "A", 101, 901, 0)}
+}
+
+// timeoutsDifferential runs first, waits wait, runs then, under nf_conntrack (with the
+// sysctls) and under flowplane (with cfg), and returns each tracker's remaining TCP timeouts
+// by h1's port. Every packet must be delivered by both.
+func timeoutsDifferential(t *testing.T, first []dstep, wait time.Duration, then []dstep, sysctls []string, cfg *Config) (nf, fp map[uint16]float64) {
+	return timeoutsRun(t, first, wait, then, true, sysctls, cfg)
+}
+
+// timeoutsDifferentialDelivery is timeoutsDifferential with then's packets expected delivered
+// (or not, as thenDelivered says) by both trackers, no wait, default settings.
+func timeoutsDifferentialDelivery(t *testing.T, first, then []dstep, thenDelivered bool) (nf, fp map[uint16]float64) {
+	return timeoutsRun(t, first, 0, then, thenDelivered, nil, &Config{})
+}
+
+func timeoutsRun(t *testing.T, first []dstep, wait time.Duration, then []dstep, thenDelivered bool, sysctls []string, cfg *Config) (nf, fp map[uint16]float64) {
+	testenv.Need(t, "nft", "conntrack")
+	l := labtest.Up(t, labtest.XDPRouter)
+	d := &diffLab{t: t, l: l}
+	d.h1, d.h2 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "4")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "4"))
+	d.h16, d.h26 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "6")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "6"))
+	d.setup()
+	run := func(tracker string, timeouts func() map[uint16]float64) map[uint16]float64 {
+		for _, s := range first {
+			if !d.send(s) {
+				t.Fatalf("%s: %s not delivered", tracker, s.name)
+			}
+		}
+		time.Sleep(wait)
+		for _, s := range then {
+			if d.send(s) != thenDelivered {
+				t.Errorf("%s: %s delivered=%v, want %v", tracker, s.name, !thenDelivered, thenDelivered)
+			}
+		}
+		m := timeouts()
+		t.Logf("%s: seconds left by port: %v", tracker, m)
+		return m
+	}
+	for _, sc := range sysctls {
+		labtest.Run(t, l, "r1", "sysctl", "-qw", sc)
+	}
+	nft(t, l, "r1", fmt.Sprintf(nftRules, d.dev["r1:in"]))
+	nf = run("nf_conntrack", func() map[uint16]float64 {
+		m := map[uint16]float64{}
+		for _, line := range strings.Split(labtest.Run(t, l, "r1", "conntrack", "-L", "-p", "tcp"), "\n") {
+			f := strings.Fields(line)
+			for _, x := range f {
+				if v, ok := strings.CutPrefix(x, "sport="); ok && len(f) > 3 {
+					var port uint16
+					var left float64
+					fmt.Sscan(v, &port)
+					fmt.Sscan(f[2], &left)
+					m[port] = left
+					break // the original tuple comes first
+				}
+			}
+		}
+		return m
+	})
+	labtest.Run(t, l, "r1", "nft", "delete", "table", "inet", "fpct")
+	_, _ = labtest.Try(l, "r1", "conntrack", "-F")
+
+	c := &ctLab{t: t, l: l, cfg: cfg}
+	c.start()
+	t.Cleanup(func() {
+		c.stop()
+		_ = nsrun.Do(l.Netns("r1"), func() error {
+			inst, err := Instance()
+			if err == nil {
+				_ = unpinInstance(inst)
+			}
+			return err
+		})
+	})
+	fp = run("flowplane", func() map[uint16]float64 {
+		m := map[uint16]float64{}
+		for _, e := range c.entries() {
+			if e.Proto == "tcp" {
+				m[e.Orig.Sport] = e.Timeout
+			}
+		}
+		return m
+	})
+	return nf, fp
+}
+
+// TestDifferentialUnacknowledged: while a side has sent data the other has not acknowledged,
+// nf caps the timeout at tcp_timeout_unacknowledged (300 s) instead of ESTABLISHED's 5 days;
+// once the data is acknowledged the full timeout is back. Connection A sends data that is
+// never acknowledged, B data that is.
+func TestDifferentialUnacknowledged(t *testing.T) {
+	t.Parallel()
+	first := append(handshakeOn(45000), handshakeOn(45001)...)
+	first = append(first, tcpSeg("A: data", "h1", 45000, "PA", 101, 901, 100),
+		tcpSeg("B: data", "h1", 45001, "PA", 101, 901, 100), tcpSeg("B: server acks", "h2", 45001, "A", 901, 201, 0))
+	nf, fp := timeoutsDifferential(t, first, 0, nil, nil, &Config{})
+	class := func(m map[uint16]float64) string {
+		return fmt.Sprintf("A capped %v, B capped %v", m[45000] <= 300, m[45001] <= 300)
+	}
+	if len(nf) != 2 || class(nf) != "A capped true, B capped false" {
+		t.Errorf("nf_conntrack: %v (%s)", nf, class(nf))
+	}
+	if class(fp) != class(nf) {
+		t.Errorf("flowplane %s, nf_conntrack %s", class(fp), class(nf))
+	}
+}
+
+// TestDifferentialIgnoredNoRefresh: a packet nf's state table ignores (a SYN on an established
+// tuple) passes but refreshes nothing, where a data segment does: both trackers run the same
+// two connections with a 60 s established timeout, wait 4 s, send the ignored SYN on one and
+// a data segment (acknowledged) on the other, and must agree on which timeout was refreshed.
+func TestDifferentialIgnoredNoRefresh(t *testing.T) {
+	t.Parallel()
+	const timeout = 60
+	first := append(handshakeOn(43000), handshakeOn(43001)...)
+	then := []dstep{
+		tcpSeg("syn on the established tuple (ignored)", "h1", 43000, "S", 7_000_000, 0, 0),
+		tcpSeg("data (refreshes)", "h1", 43001, "PA", 101, 901, 100),
+		tcpSeg("server acks", "h2", 43001, "A", 901, 201, 0),
+	}
+	nf, fp := timeoutsDifferential(t, first, 4*time.Second, then,
+		[]string{fmt.Sprintf("net.netfilter.nf_conntrack_tcp_timeout_established=%d", timeout)},
+		&Config{Timeouts: map[string]string{"tcp_established": fmt.Sprintf("%ds", timeout)}})
+	refreshed := func(m map[uint16]float64) map[uint16]bool {
+		return map[uint16]bool{43000: m[43000] >= timeout-2, 43001: m[43001] >= timeout-2} // not refreshed: 56 s or less
+	}
+	if r := refreshed(nf); len(nf) != 2 || r[43000] || !r[43001] {
+		t.Errorf("nf_conntrack: refreshed %v (%v), want 43000 (ignored SYN) false, 43001 (data) true", r, nf)
+	}
+	if fmt.Sprint(refreshed(fp)) != fmt.Sprint(refreshed(nf)) {
+		t.Errorf("refreshed: flowplane %v, nf_conntrack %v", refreshed(fp), refreshed(nf))
+	}
+}
+
+// TestDifferentialRetransmissions: the same ACK segment four times in a row (three
+// retransmissions, nf's max_retrans) caps the timeout at tcp_timeout_max_retrans (300 s);
+// three times (two) does not.
+func TestDifferentialRetransmissions(t *testing.T) {
+	t.Parallel()
+	first := append(handshakeOn(46000), handshakeOn(46001)...)
+	for range 4 {
+		first = append(first, tcpSeg("A: the same server ack", "h2", 46000, "A", 901, 101, 0))
+	}
+	for range 3 {
+		first = append(first, tcpSeg("B: the same server ack", "h2", 46001, "A", 901, 101, 0))
+	}
+	nf, fp := timeoutsDifferential(t, first, 0, nil, nil, &Config{})
+	class := func(m map[uint16]float64) string {
+		return fmt.Sprintf("A capped %v, B capped %v", m[46000] <= 300, m[46001] <= 300)
+	}
+	if len(nf) != 2 || class(nf) != "A capped true, B capped false" {
+		t.Errorf("nf_conntrack: %v (%s)", nf, class(nf))
+	}
+	if class(fp) != class(nf) {
+		t.Errorf("flowplane %s, nf_conntrack %s", class(fp), class(nf))
+	}
+}
+
+// TestDifferentialOutOfWindowClose: on an assured connection an out-of-window FIN from one
+// side is refused and remembered; an out-of-window RST from the other side answering it is
+// refused too and lowers the timeout to tcp_timeout_unacknowledged (300 s): the endpoints and
+// the tracker disagree, so the entry is left to age out (nf_tcp_handle_invalid). Connection B
+// gets the FIN only: its timeout stays.
+func TestDifferentialOutOfWindowClose(t *testing.T) {
+	t.Parallel()
+	var first []dstep
+	for _, port := range []uint16{47000, 47001} {
+		first = append(first, handshakeOn(port)...)
+		first = append(first, tcpSeg("data", "h1", port, "PA", 101, 901, 100), tcpSeg("server acks", "h2", port, "A", 901, 201, 0))
+	}
+	then := []dstep{
+		tcpSeg("A: fin far out of window", "h1", 47000, "FA", 50_000_000, 901, 0),
+		tcpSeg("A: rst far out of window", "h2", 47000, "RA", 60_000_000, 201, 0),
+		tcpSeg("B: fin far out of window", "h1", 47001, "FA", 50_000_000, 901, 0),
+	}
+	nf, fp := timeoutsDifferentialDelivery(t, first, then, false)
+	class := func(m map[uint16]float64) string {
+		return fmt.Sprintf("A shortened %v, B shortened %v", m[47000] <= 300, m[47001] <= 300)
+	}
+	if len(nf) != 2 || class(nf) != "A shortened true, B shortened false" {
+		t.Errorf("nf_conntrack: %v (%s)", nf, class(nf))
+	}
+	if class(fp) != class(nf) {
+		t.Errorf("flowplane %s, nf_conntrack %s", class(fp), class(nf))
+	}
+}
+
+// TestDifferentialInexactRST: a RST inside the window but not at the exact sequence number
+// leaves an established connection ESTABLISHED (the endpoint answers with a challenge ACK), but
+// nf sets the timeout to CLOSE's (10 s) all the same, as for every RST that passes.
+func TestDifferentialInexactRST(t *testing.T) {
+	t.Parallel()
+	var first []dstep
+	for _, port := range []uint16{48000, 48001} {
+		first = append(first, handshakeOn(port)...)
+		first = append(first, tcpSeg("data", "h1", port, "PA", 101, 901, 100), tcpSeg("server acks", "h2", port, "A", 901, 201, 0))
+	}
+	then := []dstep{tcpSeg("A: rst in window, inexact", "h1", 48000, "R", 301, 0, 0)}
+	nf, fp := timeoutsDifferentialDelivery(t, first, then, true)
+	class := func(m map[uint16]float64) string {
+		return fmt.Sprintf("A at CLOSE's timeout %v, B %v", m[48000] <= 10, m[48001] <= 10)
+	}
+	if len(nf) != 2 || class(nf) != "A at CLOSE's timeout true, B false" {
+		t.Errorf("nf_conntrack: %v (%s)", nf, class(nf))
+	}
+	if class(fp) != class(nf) {
+		t.Errorf("flowplane %s, nf_conntrack %s", class(fp), class(nf))
+	}
 }

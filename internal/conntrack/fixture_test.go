@@ -1,10 +1,12 @@
 package conntrack
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
 	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/packet"
 	"github.com/flowplane/flowplane/internal/progrun"
 	"github.com/flowplane/flowplane/internal/progtest"
 	"github.com/flowplane/flowplane/internal/testenv"
@@ -57,6 +59,11 @@ func newFixture(t testing.TB, cfg *Config) *fixture {
 	if err := d.AddInterface(f.out.Index, false); err != nil {
 		t.Fatal(err)
 	}
+	for _, v := range []testenv.Veth{f.in, f.out} {
+		if err := d.SetMAC(v.Index, v.MAC); err != nil {
+			t.Fatal(err)
+		}
+	}
 	f.d, f.tables = d, d.Tables()
 	return f
 }
@@ -93,9 +100,11 @@ func (f *fixture) run(frame []byte, ifindex int) (uint32, []byte) {
 	return ret, out
 }
 
-// runRaw is run with the program's own verdict.
+// runRaw is run with the program's own verdict. A frame to packet.DstMAC (the builder's
+// default) is addressed to the interface it arrives on, as a neighbour would.
 func (f *fixture) runRaw(frame []byte, ifindex int) (uint32, []byte) {
 	f.t.Helper()
+	frame = f.addressed(frame, ifindex)
 	var r progtest.Result
 	err := nsrun.Do(f.ns, func() error {
 		var err error
@@ -106,6 +115,21 @@ func (f *fixture) runRaw(frame []byte, ifindex int) (uint32, []byte) {
 		f.t.Fatal(err)
 	}
 	return r.Ret, r.Out
+}
+
+// addressed returns frame addressed to the router's interface ifindex if it was built for
+// packet.DstMAC (the builder's default), as a neighbour would send it.
+func (f *fixture) addressed(frame []byte, ifindex int) []byte {
+	if len(frame) < 6 || !bytes.Equal(frame[:6], packet.DstMAC) {
+		return frame
+	}
+	frame = append([]byte(nil), frame...)
+	for _, v := range []testenv.Veth{f.in, f.out} {
+		if v.Index == ifindex {
+			copy(frame[:6], v.MAC)
+		}
+	}
+	return frame
 }
 
 // counters reads the program's counters.

@@ -32,6 +32,12 @@ func newCtLab(t *testing.T, cfg *Config) *ctLab {
 	if cfg != nil && cfg.Hook == HookTC {
 		topo = labtest.HostRouterHost // tc needs nothing of the neighbours: default offloads
 	}
+	return newCtLabOn(t, topo, cfg)
+}
+
+// newCtLabOn is newCtLab on a topology of the caller's (h1 — r1 — h2).
+func newCtLabOn(t *testing.T, topo string, cfg *Config) *ctLab {
+	t.Helper()
 	l := labtest.Up(t, topo)
 	c := &ctLab{t: t, l: l, h1: labtest.Addr(t, l, "h1", "4"), h2: labtest.Addr(t, l, "h2", "4"), cfg: cfg}
 	if c.cfg == nil {
@@ -348,3 +354,60 @@ func TestLab(t *testing.T) {
 }
 
 var _ = errors.New
+
+// TestLabImpairedLink: a lab link's rate and loss hold for the traffic conntrack forwards with
+// XDP redirects (which skip r1's qdisc and clsact): on an xdp: true router, the r1 → h2
+// direction is impaired where it arrives, on h2. iperf3 h1 → h2 through conntrack (hook auto:
+// XDP on both interfaces) stays under the link's rate, retransmits, and the link's loss
+// program drops packets that XDP forwarded.
+func TestLabImpairedLink(t *testing.T) {
+	t.Parallel()
+	const rate = 200e6
+	c := newCtLabOn(t, `
+nodes:
+  h1: {}
+  r1: {kind: router, xdp: true}
+  h2: {}
+links:
+  - endpoints: [h1, r1]
+  - endpoints: [r1, h2]
+    rate: 200mbit
+    loss: 2%
+`, &Config{})
+	var hooks []IfaceHook
+	if err := nsrun.Do(c.l.Netns("r1"), func() error {
+		var err error
+		hooks, err = AttachedHooks()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(hooks) != 2 || hooks[0].Hook != HookXDP || hooks[1].Hook != HookXDP {
+		t.Fatalf("hooks on the xdp: true router: %+v, want XDP on both", hooks)
+	}
+	r1 := c.l.Topology.Node("r1")
+	loss0, _, err := c.l.ReadLoss(r1.Ifaces[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.counters()
+	res := labtest.Iperf(t, c.l, "h1", "h2", c.h2, "-t", "3")
+	after := c.counters()
+	loss1, ok, err := c.l.ReadLoss(r1.Ifaces[1])
+	if err != nil || !ok {
+		t.Fatalf("loss counters of r1:eth1: %v, %v", ok, err)
+	}
+	d := diff(before, after)
+	t.Logf("iperf3 through conntrack (XDP) over a 200 Mbit/s, 2%%-loss link: %.0f Mbit/s, %d retransmits; loss program %d of %d dropped; counters %v",
+		res.ReceivedBPS/1e6, res.Retransmits, loss1.Dropped-loss0.Dropped, loss1.Dropped+loss1.Passed-loss0.Dropped-loss0.Passed, d)
+	if d["forwarded"] < 1000 {
+		t.Errorf("conntrack forwarded %d packets: the test did not go through XDP redirects", d["forwarded"])
+	}
+	if res.ReceivedBPS > 1.05*rate {
+		t.Errorf("%.0f Mbit/s received over a 200 Mbit/s link: the rate does not hold for redirected traffic", res.ReceivedBPS/1e6)
+	}
+	if loss1.Dropped == loss0.Dropped || res.Retransmits == 0 {
+		t.Errorf("no loss on a 2%%-loss link (dropped %d, retransmits %d): the loss does not hold for redirected traffic",
+			loss1.Dropped-loss0.Dropped, res.Retransmits)
+	}
+}

@@ -11,7 +11,7 @@ import (
 // counters and the tables at scrape time, so nothing is kept in user space.
 var (
 	connectionsDesc = prometheus.NewDesc("flowplane_conntrack_connections_total",
-		"Connection events: new, established (confirmed by a reply), related (ICMP errors), expired (found dead on lookup), swept (removed by the sweep).",
+		"Connection events: new, established (confirmed by a reply), related (ICMP errors), expired (found dead on lookup), swept (removed by the sweep), unconfirmed_removed (deleted from the unconfirmed table), unconfirmed_evicted (evicted by its LRU: new - removed - present).",
 		[]string{"event"}, nil)
 	packetsDesc = prometheus.NewDesc("flowplane_conntrack_packets_total",
 		"Packets forwarded by XDP, passed to the kernel, or passed as nf's ignored TCP segments (window_ignored).", []string{"verdict"}, nil)
@@ -43,7 +43,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for name, v := range counters {
 		switch {
-		case name == "forwarded" || name == "passed" || name == "window_ignored":
+		case name == "forwarded" || name == "passed" || name == "window_ignored" || name == "tcp_ignored":
 			ch <- prometheus.MustNewConstMetric(packetsDesc, prometheus.CounterValue, float64(v), name)
 		case name == "policy_drop":
 			ch <- prometheus.MustNewConstMetric(dropsDesc, prometheus.CounterValue, float64(v), "policy")
@@ -60,4 +60,5 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(entriesDesc, prometheus.GaugeValue, float64(conf), "confirmed")
 	ch <- prometheus.MustNewConstMetric(entriesDesc, prometheus.GaugeValue, float64(unconf), "unconfirmed")
+	ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.CounterValue, float64(Evicted(counters, unconf)), "unconfirmed_evicted")
 }

@@ -27,7 +27,13 @@ func Run(ctx context.Context, cfg *resolved, inside, outside []*net.Interface, m
 
 // run is Run calling ready (if set) once the program is attached.
 func run(ctx context.Context, cfg *resolved, inside, outside []*net.Interface, metricsAddr string, ready func()) error {
-	d, err := Load(cfg)
+	plan, err := planHooks(cfg.hook, inside, outside)
+	if err != nil {
+		return err
+	}
+	lc := *cfg
+	lc.hook = plan.build()
+	d, err := Load(&lc)
 	if err != nil {
 		return err
 	}
@@ -37,21 +43,21 @@ func run(ctx context.Context, cfg *resolved, inside, outside []*net.Interface, m
 		}
 		slog.Info("conntrack detached; the table stays pinned", "dir", d.dir)
 	}()
-	for _, x := range []struct {
-		ifs    []*net.Interface
-		inside bool
-	}{{inside, true}, {outside, false}} {
-		for _, ifc := range x.ifs {
-			if err := d.Attach(ifc, x.inside); err != nil {
-				return err
-			}
+	for _, p := range plan {
+		if err := d.AttachHook(p.ifc, p.inside, p.hook); err != nil {
+			return err
+		}
+		if p.why != "" {
+			slog.Info("conntrack hook", "interface", p.ifc.Name, "hook", p.hook, "why", p.why)
+		} else {
+			slog.Info("conntrack hook", "interface", p.ifc.Name, "hook", p.hook)
 		}
 	}
 	mode := "firewall"
 	if cfg.trackOnly {
 		mode = "track"
 	}
-	slog.Info("conntrack running", "inside", names(inside), "outside", names(outside), "mode", mode, "hook", d.Hook(), "pins", d.dir)
+	slog.Info("conntrack running", "inside", names(inside), "outside", names(outside), "mode", mode, "hooks", plan.String(), "pins", d.dir)
 	t := d.Tables()
 	if metricsAddr != "" {
 		reg := prometheus.NewRegistry()

@@ -22,6 +22,10 @@ type Tables struct {
 	ownSweep bool          // sweep was loaded here: Close closes it
 }
 
+// ErrNoInstance: this network namespace has no pinned conntrack tables. The commands that
+// need them exit with code 2, as for any other usage error.
+var ErrNoInstance = errors.New("no conntrack instance in this network namespace")
+
 // OpenPinned opens the tables of the calling thread's namespace's instance.
 func OpenPinned() (*Tables, error) {
 	dir, err := PinDir()
@@ -37,7 +41,7 @@ func OpenPinned() (*Tables, error) {
 		if err != nil {
 			t.Close()
 			if errors.Is(err, os.ErrNotExist) {
-				return nil, fmt.Errorf("no conntrack instance in this network namespace (%s): start `flowplane conntrack run` here", dir)
+				return nil, fmt.Errorf("%w (%s): start `flowplane conntrack run` here", ErrNoInstance, dir)
 			}
 			return nil, fmt.Errorf("open %s: %w", m.name, err)
 		}
@@ -334,7 +338,19 @@ type Counters map[string]uint64
 // StatNames are the counters in enum ct_stat order.
 var StatNames = []string{"new", "established", "related", "forwarded", "passed", "policy_drop", "table_full",
 	"expired", "swept", "invalid_no_conn", "invalid_tcp_state", "invalid_window", "invalid_rst",
-	"invalid_synack", "invalid_icmp", "invalid_malformed", "window_ignored"}
+	"invalid_synack", "invalid_icmp", "invalid_malformed", "window_ignored", "tcp_ignored", "unconfirmed_removed"}
+
+// Evicted is how many unconfirmed entries the LRU table evicted to make room for new ones
+// (the kernel evicts silently): every entry created there was either removed by conntrack
+// (counted), evicted, or is still there. Exact when no packet is in flight; c and
+// unconfirmed from one moment.
+func Evicted(c Counters, unconfirmed int) uint64 {
+	gone := c["unconfirmed_removed"] + uint64(unconfirmed)
+	if c["new"] < gone {
+		return 0
+	}
+	return c["new"] - gone
+}
 
 // ReadCounters sums the per-CPU counters.
 func (t *Tables) ReadCounters() (Counters, error) {

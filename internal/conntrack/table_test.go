@@ -182,6 +182,30 @@ func TestTableFull(t *testing.T) {
 	if confirmed != 4 {
 		t.Errorf("%d confirmed entries after the flood, want 4", confirmed)
 	}
+	// The LRU evicted what did not fit, silently; the count is new − removed − present.
+	c := f.counters()
+	tb := f.d.Tables()
+	_, unconf, err := tb.Count()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := Evicted(c, unconf)
+	if c["new"] != 1005 || c["unconfirmed_removed"] != 4 || unconf > 64 || ev != 1005-4-uint64(unconf) || ev < 1005-4-64 {
+		t.Errorf("after the flood: new %d, unconfirmed_removed %d (the 4 confirmed), %d unconfirmed left, evicted %d",
+			c["new"], c["unconfirmed_removed"], unconf, ev)
+	}
+	// Removing what is left is counted as removed, not as evicted.
+	if _, err := tb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c2 := f.counters()
+	if _, unconf2, _ := tb.Count(); unconf2 != 0 || Evicted(c2, 0) != ev || c2["unconfirmed_removed"] != 4+uint64(unconf) {
+		t.Errorf("after flush: %d left, evicted %d (was %d), removed %d", unconf2, Evicted(c2, 0), ev, c2["unconfirmed_removed"])
+	}
+	for p := uint16(1); p <= 4; p++ {
+		f.run(udp(true, 1000+p, 53), f.in.Index)
+		f.run(udp(false, 1000+p, 53), f.out.Index)
+	}
 	for p := uint16(1); p <= 4; p++ {
 		if ret, _ := f.run(udp(false, 1000+p, 53), f.out.Index); ret != xdpRedirect {
 			t.Errorf("reply %d after the flood: verdict %d", p, ret)

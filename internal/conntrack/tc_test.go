@@ -44,6 +44,7 @@ func TestTCHook(t *testing.T) {
 		{"TrackMode", TestTrackMode},
 		{"AllowPolicy", TestAllowPolicy},
 		{"TCPPickup", TestTCPPickup},
+		{"NotForUs", TestNotForUs},
 	} {
 		t.Run(c.name, c.fn)
 	}

@@ -2,6 +2,7 @@
 package ipnet
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 )
@@ -15,4 +16,14 @@ func FromPrefix(p netip.Prefix) *net.IPNet {
 func Addr(ip net.IP) netip.Addr {
 	a, _ := netip.AddrFromSlice(ip)
 	return a.Unmap()
+}
+
+// Interface finds a network interface of the calling thread's namespace by name. The error
+// reads as every subsystem's does: `interface "x": no such network interface`.
+func Interface(name string) (*net.Interface, error) {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("interface %q: no such network interface", name)
+	}
+	return ifc, nil
 }

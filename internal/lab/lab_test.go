@@ -148,7 +148,8 @@ links:
 		{"h2", 0, map[string]string{"tx-checksumming": "off", "generic-receive-offload": "on"}, "htb"}, // shaped link
 		{"h2", 1, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}, "noqueue"},
 		{"r1", 0, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}, "pfifo_fast"},
-		{"r1", 1, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}, "htb"},
+		// r1 → h2 is shaped where it arrives, on h2 (XDP redirects skip r1's qdisc): r1 keeps a queue.
+		{"r1", 1, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}, "pfifo_fast"},
 		{"h3", 0, map[string]string{"tx-checksumming": "on", "generic-receive-offload": "off"}, "noqueue"},
 	} {
 		n, err := l.Node(c.node)
@@ -166,6 +167,31 @@ links:
 		if qd := labtest.Run(t, l, c.node, "tc", "qdisc", "show", "dev", dev, "root"); !strings.HasPrefix(qd, "qdisc "+c.qdisc+" ") {
 			t.Errorf("%s %s: root qdisc %q, want %s", c.node, dev, qd, c.qdisc)
 		}
+	}
+	// What r1 sends to h2 is shaped on h2: its ingress goes through an ifb with the link's HTB.
+	h2 := l.Topology.Node("h2").Ifaces[0]
+	ifb := "fpi" + strings.TrimPrefix(l.IfName(h2), "fp")
+	if qd := labtest.Run(t, l, "h2", "tc", "class", "show", "dev", ifb); !strings.Contains(qd, "rate 500Mbit") {
+		t.Errorf("h2 %s: classes %q, want the link's rate", ifb, qd)
+	}
+	if f := labtest.Run(t, l, "h2", "tc", "filter", "show", "dev", l.IfName(h2), "ingress"); !strings.Contains(f, "Redirect to device "+ifb) {
+		t.Errorf("h2 %s ingress: %q, want a redirect to %s", l.IfName(h2), f, ifb)
+	}
+}
+
+// A link between two xdp nodes cannot be impaired (nothing on it runs after both XDP hooks).
+func TestXDPLinkImpairmentRefused(t *testing.T) {
+	t.Parallel()
+	_, err := lab.Parse("x.yaml", []byte(`
+nodes:
+  r1: {kind: router, xdp: true}
+  r2: {kind: router, xdp: true}
+links:
+  - endpoints: [r1, r2]
+    loss: 1%
+`), "fpxx")
+	if err == nil || !strings.Contains(err.Error(), "x.yaml:6: links[0]: a link between two xdp nodes") {
+		t.Fatalf("Parse: %v", err)
 	}
 }
 

@@ -31,6 +31,50 @@ func lossThreshold(percent float64) uint64 {
 // why not tcx) and pins its counters. Runs in the node's namespace. The filter holds the
 // program; deleting the namespace removes both.
 func (l *Lab) attachLoss(ifc *topo.Iface, dev netlink.Link) error {
+	return l.loadLoss(ifc, func(objs *lossObjects) error {
+		if err := ensureClsact(dev); err != nil {
+			return err
+		}
+		filter := &netlink.BpfFilter{
+			FilterAttrs: netlink.FilterAttrs{LinkIndex: dev.Attrs().Index, Parent: netlink.HANDLE_MIN_EGRESS,
+				Handle: 1, Priority: 1, Protocol: unix.ETH_P_ALL},
+			Fd: objs.LabLoss.FD(), Name: "flowplane-lab-loss", DirectAction: true,
+		}
+		if err := netlink.FilterAdd(filter); err != nil {
+			return fmt.Errorf("attach loss program to egress of %s: %w", l.IfName(ifc), err)
+		}
+		return nil
+	})
+}
+
+// attachLossXDP applies the loss of the link's other end (a node that forwards with XDP
+// redirects, which skip that end's clsact) where its frames arrive: an XDP program on dev,
+// ifc's device, attached through netlink so that it stays with the device after lab up exits.
+// Its counters are pinned as the other end's: they count what that end sent.
+func (l *Lab) attachLossXDP(ifc *topo.Iface, dev netlink.Link) error {
+	return l.loadLoss(ifc.Peer(), func(objs *lossObjects) error {
+		if err := netlink.LinkSetXdpFdWithFlags(dev, objs.LabLossXdp.FD(), xdpFlagsDrvMode); err != nil {
+			return fmt.Errorf("attach XDP loss program to %s: %w", l.IfName(ifc), err)
+		}
+		return nil
+	})
+}
+
+const xdpFlagsDrvMode = 1 << 2 // XDP_FLAGS_DRV_MODE
+
+// ensureClsact adds a clsact qdisc to dev unless it has one.
+func ensureClsact(dev netlink.Link) error {
+	clsact := &netlink.GenericQdisc{QdiscType: "clsact",
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: dev.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}}
+	if err := netlink.QdiscAdd(clsact); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("add clsact qdisc: %w", err)
+	}
+	return nil
+}
+
+// loadLoss loads the loss programs with the probability of ifc's link, lets attach attach one,
+// and pins the counters as ifc's (the sending end's).
+func (l *Lab) loadLoss(ifc *topo.Iface, attach func(*lossObjects) error) error {
 	spec, err := loadLoss()
 	if err != nil {
 		return fmt.Errorf("load loss program spec: %w", err)
@@ -43,18 +87,8 @@ func (l *Lab) attachLoss(ifc *topo.Iface, dev netlink.Link) error {
 		return fmt.Errorf("load loss program: %w", err)
 	}
 	defer objs.Close()
-	clsact := &netlink.GenericQdisc{QdiscType: "clsact",
-		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: dev.Attrs().Index, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}}
-	if err := netlink.QdiscAdd(clsact); err != nil {
-		return fmt.Errorf("add clsact qdisc: %w", err)
-	}
-	filter := &netlink.BpfFilter{
-		FilterAttrs: netlink.FilterAttrs{LinkIndex: dev.Attrs().Index, Parent: netlink.HANDLE_MIN_EGRESS,
-			Handle: 1, Priority: 1, Protocol: unix.ETH_P_ALL},
-		Fd: objs.LabLoss.FD(), Name: "flowplane-lab-loss", DirectAction: true,
-	}
-	if err := netlink.FilterAdd(filter); err != nil {
-		return fmt.Errorf("attach loss program to egress of %s: %w", l.IfName(ifc), err)
+	if err := attach(&objs); err != nil {
+		return err
 	}
 	dir, err := pin.Dir("lab", l.Name(), ifc.Node.Name, ifc.Name)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -102,22 +103,48 @@ func (l *Lab) setupIface(ifc *topo.Iface) error {
 			return err
 		}
 	}
-	if (ifc.Node.XDP || ifc.Peer().Node.XDP) && ifc.Link.Rate == 0 {
+	// A link's rate and loss apply to what each end sends. What an xdp node sends may leave
+	// by XDP redirect, which skips its qdisc and clsact: that direction is impaired where it
+	// arrives instead (check refuses links between two xdp nodes).
+	shapeHere := ifc.Link.Rate > 0 && !ifc.Node.XDP
+	if (ifc.Node.XDP || ifc.Peer().Node.XDP) && !shapeHere {
 		if err := addQueue(dev); err != nil {
 			return err
 		}
 	}
-	if ifc.Link.Rate > 0 {
+	if shapeHere {
 		if err := shape(dev, ifc.Link.Rate); err != nil {
 			return err
 		}
 	}
-	if ifc.Link.HasLoss {
+	if ifc.Link.HasLoss && !ifc.Node.XDP {
 		if err := l.attachLoss(ifc, dev); err != nil {
 			return err
 		}
 	}
+	if ifc.Peer().Node.XDP {
+		if ifc.Link.HasLoss {
+			if err := l.attachLossXDP(ifc, dev); err != nil {
+				return err
+			}
+		}
+		if ifc.Link.Rate > 0 {
+			if err := shapeIngress(dev, l.ifbName(ifc), ifc.Link.Rate); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// ifbName names the ifb device that shapes what ifc receives: its own name with "i" after
+// "fp" ("fpi<tag>-eth0"), within the 15 bytes of an interface name.
+func (l *Lab) ifbName(ifc *topo.Iface) string {
+	n := "fpi" + strings.TrimPrefix(l.IfName(ifc), "fp")
+	if len(n) > 15 {
+		n = n[:15]
+	}
+	return n
 }
 
 func (l *Lab) addRoutes(n *topo.Node) error {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // shape limits a device's egress to rate (bits/s) with one HTB class, as
@@ -29,6 +30,40 @@ func shape(dev netlink.Link, rate uint64) error {
 	)
 	if err := netlink.ClassAdd(class); err != nil {
 		return fmt.Errorf("add htb class: %w", err)
+	}
+	return nil
+}
+
+// shapeIngress limits what dev receives to rate (bits/s): its clsact ingress redirects every
+// packet to an ifb device of its own (ifbName, in dev's namespace), whose egress is shaped as
+// shape does; ifb then hands the packets back to dev's receive path. Used where the sender
+// forwards with XDP redirects, which skip the sender's qdisc (docs/lab.md).
+func shapeIngress(dev netlink.Link, ifbName string, rate uint64) error {
+	ifb := &netlink.Ifb{LinkAttrs: netlink.LinkAttrs{Name: ifbName, MTU: dev.Attrs().MTU, TxQLen: 1000}}
+	if err := netlink.LinkAdd(ifb); err != nil {
+		return fmt.Errorf("add ifb %s: %w", ifbName, err)
+	}
+	il, err := netlink.LinkByName(ifbName)
+	if err != nil {
+		return err
+	}
+	if err := netlink.LinkSetUp(il); err != nil {
+		return fmt.Errorf("bring up %s: %w", ifbName, err)
+	}
+	if err := shape(il, rate); err != nil {
+		return err
+	}
+	if err := ensureClsact(dev); err != nil {
+		return err
+	}
+	// u32 with no selector matches everything (this kernel has no cls_matchall).
+	f := &netlink.U32{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: dev.Attrs().Index, Parent: netlink.HANDLE_MIN_INGRESS,
+			Priority: 2, Protocol: unix.ETH_P_ALL},
+		Actions: []netlink.Action{netlink.NewMirredAction(il.Attrs().Index)},
+	}
+	if err := netlink.FilterAdd(f); err != nil {
+		return fmt.Errorf("redirect ingress of %s to %s: %w", dev.Attrs().Name, ifbName, err)
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ func Open(name string) (*Lab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read lab record: %w", err)
 	}
-	t, err := topo.Parse(r.File, []byte(r.YAML))
+	t, err := topo.ParseNamed(r.File, []byte(r.YAML), r.Name) // the name up was given, whatever the file says
 	if err != nil {
 		return nil, fmt.Errorf("lab record %s: %w", runstate.Path(subsystem, name), err)
 	}

@@ -27,15 +27,18 @@ func Path(name string) string { return runDir + "/" + name }
 // thread returns to its namespace; if it cannot, it stays locked and the runtime ends it with
 // the goroutine, so nothing else ever runs in ns by mistake. Sockets and links fn creates stay
 // in ns; goroutines fn starts do not.
-func Do(ns string, fn func() error) error {
-	h, err := netns.GetFromPath(Path(ns))
+func Do(ns string, fn func() error) error { return DoPath(Path(ns), fn) }
+
+// DoPath is Do for the namespace named by any file: /run/netns/NAME, /proc/PID/ns/net.
+func DoPath(path string, fn func() error) error {
+	h, err := netns.GetFromPath(path)
 	if err != nil {
-		return fmt.Errorf("open network namespace %s: %w", ns, err)
+		return fmt.Errorf("open network namespace %s: %w", path, err)
 	}
 	defer h.Close()
 	return onThread(func() error {
 		if err := netns.Set(h); err != nil {
-			return fmt.Errorf("enter network namespace %s: %w", ns, err)
+			return fmt.Errorf("enter network namespace %s: %w", path, err)
 		}
 		return fn()
 	})

@@ -1,5 +1,16 @@
 // Package pin owns flowplane's directory on the BPF filesystem, /sys/fs/bpf/flowplane, mounting
-// bpffs first where it is missing (fresh namespaces, minimal hosts).
+// bpffs first where it is missing (minimal hosts).
+//
+// One bpffs for every launcher: `ip netns exec` and container-like launchers give a command a
+// mount namespace of its own with a fresh /sys, whose /sys/fs/bpf is an empty sysfs directory
+// (or a bpffs nobody else sees). Pins made there would be private to the command and die with
+// it. So the bpffs used is the one of the outermost mount namespace this process can reach:
+// /proc/PID/root/sys/fs/bpf of the first process, walking from PID 1 down the chain of this
+// process's ancestors, whose root can be opened and holds a bpffs (PID 1's on a normal host;
+// where PID 1 is out of reach, as in some sandboxes, the outermost reachable ancestor's). When
+// that is the bpffs on this process's own /sys/fs/bpf, paths read /sys/fs/bpf/flowplane/…;
+// otherwise the directory is opened once and reached through /proc/self/fd/N. Only when no
+// such bpffs exists is one mounted on this process's /sys/fs/bpf.
 package pin
 
 import (
@@ -7,19 +18,101 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
-// Root holds every object flowplane pins, one subdirectory per subsystem.
+// Root holds every object flowplane pins, one subdirectory per subsystem (as seen from the
+// mount namespace that owns the bpffs; see the package comment).
 const Root = "/sys/fs/bpf/flowplane"
 
 const bpffs = "/sys/fs/bpf"
 
+// outer is the outermost reachable bpffs: found once per process, held open.
+var outer struct {
+	once sync.Once
+	path string // /proc/self/fd/N, "" when there is none
+	dev  uint64
+}
+
+// findOuter walks from PID 1 down this process's ancestors for the first root whose
+// /sys/fs/bpf is a bpffs, and opens that directory.
+func findOuter() {
+	var chain []int
+	for pid := os.Getppid(); pid > 0 && len(chain) < 64; {
+		chain = append(chain, pid)
+		pid = parentOf(pid)
+	}
+	if len(chain) == 0 || chain[len(chain)-1] != 1 {
+		chain = append(chain, 1)
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		dir := fmt.Sprintf("/proc/%d/root%s", chain[i], bpffs)
+		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		var sf unix.Statfs_t
+		var st unix.Stat_t
+		if unix.Fstatfs(fd, &sf) != nil || sf.Type != unix.BPF_FS_MAGIC || unix.Fstat(fd, &st) != nil {
+			unix.Close(fd)
+			continue
+		}
+		outer.path, outer.dev = "/proc/self/fd/"+strconv.Itoa(fd), st.Dev
+		return
+	}
+}
+
+// parentOf reads a process's parent from /proc/PID/stat (0 when it cannot).
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid …: comm may hold spaces and parentheses, so cut at the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// base is the bpffs directory flowplane's pins live under: /sys/fs/bpf when that is the
+// outermost reachable bpffs (or there is none), the outer one's /proc/self/fd path otherwise.
+func base() string {
+	outer.once.Do(findOuter)
+	if outer.path == "" {
+		return bpffs
+	}
+	var sf unix.Statfs_t
+	var st unix.Stat_t
+	if unix.Statfs(bpffs, &sf) == nil && sf.Type == unix.BPF_FS_MAGIC && unix.Stat(bpffs, &st) == nil && st.Dev == outer.dev {
+		return bpffs
+	}
+	return outer.path
+}
+
+// Shared reports whether pins go to the bpffs that other launchers see (the outermost
+// reachable one), and where that is.
+func Shared() (dir string, ok bool) {
+	outer.once.Do(findOuter)
+	return base(), outer.path != ""
+}
+
 // Dir returns Root/parts…, creating it (and mounting bpffs if needed).
 func Dir(parts ...string) (string, error) {
-	if err := ensureBPFFS(); err != nil {
-		return "", err
+	if base() == bpffs {
+		if err := ensureBPFFS(); err != nil {
+			return "", err
+		}
 	}
 	dir := Path(parts...)
 	var err error
@@ -38,7 +131,7 @@ func Dir(parts ...string) (string, error) {
 
 // Path returns Root/parts… without creating anything.
 func Path(parts ...string) string {
-	return filepath.Join(append([]string{Root}, parts...)...)
+	return filepath.Join(append([]string{base(), "flowplane"}, parts...)...)
 }
 
 // Remove unpins everything under Root/parts…. Unpinning drops the pin's reference only; objects
@@ -57,7 +150,7 @@ func Remove(parts ...string) error {
 			break
 		}
 	}
-	_ = os.Remove(Root)
+	_ = os.Remove(Path())
 	return nil
 }
 
@@ -82,12 +175,12 @@ func Netns(ino uint64) string { return fmt.Sprintf("ns%d", ino) }
 
 // RemoveNetns unpins every subsystem's instance of the network namespace with inode ino.
 func RemoveNetns(ino uint64) error {
-	subs, err := os.ReadDir(Root)
+	subs, err := os.ReadDir(Path())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("list %s: %w", Root, err)
+		return fmt.Errorf("list %s: %w", Path(), err)
 	}
 	var errs []error
 	for _, s := range subs {

@@ -55,18 +55,23 @@ func TestDirAndRemove(t *testing.T) {
 	}
 }
 
-// TestDirMountsBPFFS: where /sys/fs/bpf is not bpffs (a fresh mount namespace, a minimal
-// host), Dir mounts it. Run in a mount namespace of the test's own, with a tmpfs over
+// TestDirReachesSharedBPFFS: in a mount namespace of its own whose /sys/fs/bpf is not the
+// shared bpffs — `ip netns exec` mounts a fresh sysfs there, container runtimes likewise — Dir
+// still creates its directory on the bpffs every other process sees (the outermost reachable
+// one), not on a private mount. Run on a thread of the test's own with a tmpfs over
 // /sys/fs/bpf, so the host's mounts are untouched.
-func TestDirMountsBPFFS(t *testing.T) {
+func TestDirReachesSharedBPFFS(t *testing.T) {
 	t.Parallel()
 	testenv.Privileged(t)
+	sub := testenv.Name("pin")
+	t.Cleanup(func() { _ = pin.Remove(sub) })
 	errc := make(chan error, 1)
+	var dir string
 	go func() {
 		// The thread stays locked and so dies with the goroutine, mount namespace and all.
 		runtime.LockOSThread()
 		errc <- func() error {
-			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
 				return err
 			}
 			if err := unix.Mount("", "/", "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
@@ -78,18 +83,29 @@ func TestDirMountsBPFFS(t *testing.T) {
 			if fsType("/sys/fs/bpf") == unix.BPF_FS_MAGIC {
 				t.Error("the tmpfs did not hide bpffs")
 			}
-			dir, err := pin.Dir(testenv.Name("pin"))
+			var err error
+			dir, err = pin.Dir(sub, "x")
 			if err != nil {
 				return err
 			}
 			if got := fsType(dir); got != unix.BPF_FS_MAGIC {
 				t.Errorf("%s is on filesystem %#x, want bpffs", dir, got)
 			}
+			if _, err := os.Stat("/sys/fs/bpf/flowplane"); err == nil {
+				t.Error("Dir wrote to the private /sys/fs/bpf")
+			}
 			return nil
 		}()
 	}()
 	if err := <-errc; err != nil {
 		t.Fatal(err)
+	}
+	// From the test's own mount namespace, the directory is where every process looks.
+	if st, err := os.Stat(filepath.Join(pin.Root, sub, "x")); err != nil || !st.IsDir() {
+		t.Errorf("%s (made as %s in the private namespace) not visible under %s: %v", filepath.Join(sub, "x"), dir, pin.Root, err)
+	}
+	if p, shared := pin.Shared(); !shared || p != "/sys/fs/bpf" {
+		t.Errorf("Shared() = %s, %v from the host's mount namespace", p, shared)
 	}
 }
 
