@@ -217,7 +217,6 @@ func sendColored(t *testing.T, pl *pathLab, mode string, quiet time.Duration, st
 
 const labFlowMon = 0xabcde
 
-
 // TestLabLossPerPeriod: for every recorded period, the loss from r1's egress and r2's ingress
 // counters equals the drops of the lab's loss program in that period, exactly; samples matched
 // by hash give one-way delays of a veth hop (positive, well below a millisecond on average).
