@@ -117,14 +117,30 @@ def load(con: Any, root: str | Path) -> Dataset:
     if s is None:
         s = ibis.memtable(
             {
-                "probe": [], "period": [], "ifname": [], "direction": [], "hash": [],
-                "tai_ns": [], "src_addr": [], "dst_addr": [], "proto": [], "src_port": [],
+                "probe": [],
+                "period": [],
+                "ifname": [],
+                "direction": [],
+                "hash": [],
+                "tai_ns": [],
+                "src_addr": [],
+                "dst_addr": [],
+                "proto": [],
+                "src_port": [],
                 "dst_port": [],
             },
             schema={
-                "probe": "string", "period": "int64", "ifname": "string", "direction": "string",
-                "hash": "int64", "tai_ns": "int64", "src_addr": "string", "dst_addr": "string",
-                "proto": "int32", "src_port": "int32", "dst_port": "int32",
+                "probe": "string",
+                "period": "int64",
+                "ifname": "string",
+                "direction": "string",
+                "hash": "int64",
+                "tai_ns": "int64",
+                "src_addr": "string",
+                "dst_addr": "string",
+                "proto": "int32",
+                "src_port": "int32",
+                "dst_port": "int32",
             },
         )
     else:

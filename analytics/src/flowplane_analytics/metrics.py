@@ -95,7 +95,8 @@ def loss(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     )
     per = per.mutate(
         loss_rate=ibis.ifelse(
-            per.in_packets > 0, per.loss.cast("float64") / per.in_packets.cast("float64"),
+            per.in_packets > 0,
+            per.loss.cast("float64") / per.in_packets.cast("float64"),
             ibis.null("float64"),
         ),
         alarm=ibis.cases(
@@ -105,8 +106,16 @@ def loss(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
         ),
     )
     return per.select(
-        "period", "cluster", "in_points", "out_points", "in_packets", "out_packets", "loss",
-        "loss_rate", "missing", "alarm",
+        "period",
+        "cluster",
+        "in_points",
+        "out_points",
+        "in_packets",
+        "out_packets",
+        "loss",
+        "loss_rate",
+        "missing",
+        "alarm",
     ).order_by(["period", "cluster"])
 
 
@@ -116,7 +125,9 @@ def missing_points(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Tabl
     periods = ds.counters.select("period").distinct()
     expected = members.cross_join(periods)
     miss = expected.anti_join(pc, ["period", "point"])
-    return miss.select("period", "cluster", "role", "point").order_by(["period", "cluster", "point"])
+    return miss.select("period", "cluster", "role", "point").order_by(
+        ["period", "cluster", "point"]
+    )
 
 
 def _valid_samples(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
@@ -124,9 +135,7 @@ def _valid_samples(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Tabl
     cluster's points in the period: (cluster, role, period, point, hash, tai_ns, 5-tuple)."""
     pc = _point_counters(ds, aliases)
     mc = members.join(pc, "point")
-    bits = mc.group_by(["cluster", "period"]).agg(
-        bits=mc.hash_bits.max(), ref=mc.hash_ref.min()
-    )
+    bits = mc.group_by(["cluster", "period"]).agg(bits=mc.hash_bits.max(), ref=mc.hash_ref.min())
     s = ds.samples.join(aliases, ["probe", "ifname", "direction"]).select(
         "period", "point", "hash", "tai_ns", *TUPLE
     )
@@ -149,11 +158,19 @@ def pairs(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     ins = _unique_hashes(v, "in")
     outs = _unique_hashes(v, "out")
     ins = ins.select(
-        "cluster", "period", "hash", in_point=ins.point, in_ns=ins.tai_ns,
+        "cluster",
+        "period",
+        "hash",
+        in_point=ins.point,
+        in_ns=ins.tai_ns,
         **{f"in_{c}": ins[c] for c in TUPLE},
     )
     outs = outs.select(
-        "cluster", "period", "hash", out_point=outs.point, out_ns=outs.tai_ns,
+        "cluster",
+        "period",
+        "hash",
+        out_point=outs.point,
+        out_ns=outs.tai_ns,
         **{f"out_{c}": outs[c] for c in TUPLE},
     )
     p = ins.join(outs, ["cluster", "period", "hash"])
@@ -181,16 +198,26 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
         jitter_ns=m.ipdv.mean(),
     )
     out = coll.left_join(st, ["cluster", "period"]).select(
-        "period", "cluster", "pairs", "collisions", "matched", "mean_ns", "min_ns", "max_ns",
-        "p50_ns", "p99_ns", "jitter_ns",
+        "period",
+        "cluster",
+        "pairs",
+        "collisions",
+        "matched",
+        "mean_ns",
+        "min_ns",
+        "max_ns",
+        "p50_ns",
+        "p99_ns",
+        "jitter_ns",
     )
     return out.mutate(matched=out.matched.fill_null(0)).order_by(["period", "cluster"])
 
 
 def matched_delays(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     p = pairs(ds, members, aliases)
-    return p.filter(~p.collision).select("period", "cluster", "hash", "in_point", "out_point",
-                                          "in_ns", "out_ns", "delay_ns")
+    return p.filter(~p.collision).select(
+        "period", "cluster", "hash", "in_point", "out_point", "in_ns", "out_ns", "delay_ns"
+    )
 
 
 def paths(ds: Dataset, aliases: ir.Table) -> ir.Table:
@@ -207,7 +234,9 @@ def paths(ds: Dataset, aliases: ir.Table) -> ir.Table:
     key = ["period", "hash", *TUPLE]
     w = ibis.window(group_by=key, order_by=[s.tai_ns, s.point])
     wf = ibis.window(group_by=key)
-    s = s.mutate(hop=ibis.row_number().over(w) + 1, since_first_ns=s.tai_ns - s.tai_ns.min().over(wf))
+    s = s.mutate(
+        hop=ibis.row_number().over(w) + 1, since_first_ns=s.tai_ns - s.tai_ns.min().over(wf)
+    )
     return s.select(*key, "hop", "point", "tai_ns", "since_first_ns").order_by([*key, "hop"])
 
 

@@ -73,7 +73,7 @@ def _table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table:
         for k, v in r.items():
             if k not in cols:
                 extra.setdefault(k, [None] * i).append(v)
-        for k, vs in extra.items():
+        for vs in extra.values():
             if len(vs) < i + 1:
                 vs.append(None)
     arrays = [pa.array(cols[f.name], type=f.type) for f in schema]
@@ -170,7 +170,9 @@ def probes(root: Path) -> list[str]:
     base = Path(root) / "counters"
     if not base.is_dir():
         return []
-    return sorted(d.name.removeprefix("probe=") for d in base.iterdir() if d.name.startswith("probe="))
+    return sorted(
+        d.name.removeprefix("probe=") for d in base.iterdir() if d.name.startswith("probe=")
+    )
 
 
 def remove_stale_temporaries(root: Path) -> int:

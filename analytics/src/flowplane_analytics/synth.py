@@ -77,9 +77,7 @@ def generate(net: Network, spec: Spec, out: str | Path | None = None) -> Truth:
             if (s, d) in net.routes:
                 pts = path_points(net, net.routes[(s, d)])
                 if len(pts) >= 2:
-                    flows.append(
-                        (pts, (_host_ip(si), _host_ip(di), 17, 10000 + si, 20000 + di))
-                    )
+                    flows.append((pts, (_host_ip(si), _host_ip(di), 17, 10000 + si, 20000 + di)))
     points = net.points()
     probes = sorted({p.probe for p in points})
     truth = Truth(drops=defaultdict(int), periods=[])
@@ -97,8 +95,7 @@ def generate(net: Network, spec: Spec, out: str | Path | None = None) -> Truth:
         truth.periods.append(n)
         start = n * spec.period_ns
         bits = {
-            p: base + int(rng.random() < spec.grow_prob) if spec.grow_prob else base
-            for p in points
+            p: base + int(rng.random() < spec.grow_prob) if spec.grow_prob else base for p in points
         }
         count: dict[Point, int] = defaultdict(int)
         samp: dict[Point, list[tuple[np.ndarray, tuple]]] = defaultdict(list)
@@ -121,7 +118,9 @@ def generate(net: Network, spec: Spec, out: str | Path | None = None) -> Truth:
                     coll[:] = False
                     coll[idx] = True
                     truth.collisions += len(idx)
-                samp[p].append((np.stack([h[sel], t[sel], coll[sel].astype(np.int64)], axis=1), tup))
+                samp[p].append(
+                    (np.stack([h[sel], t[sel], coll[sel].astype(np.int64)], axis=1), tup)
+                )
                 truth.samples += int(sel.sum())
                 if j == len(pts) - 1:
                     break
@@ -159,13 +158,23 @@ def generate(net: Network, spec: Spec, out: str | Path | None = None) -> Truth:
                 pk = count[p] + spec.extra_packets.get((k, p.id), 0)
                 crow.append(
                     {
-                        "period_ns": spec.period_ns, "color": n % 2, "start_tai_ns": start,
-                        "ifname": ifname(p), "ifindex": int(p.ifname.removeprefix("eth") or 0) + 2,
-                        "direction": p.direction, "carrier": "dscp", "flowmon_id": -1,
-                        "packets": pk, "bytes": pk * 100, "samples": 0,
-                        "hash_bits": bits[p], "hash_ref": ref,
-                        "first_tai_ns": start if pk else 0, "last_tai_ns": start if pk else 0,
-                        "mean_tai_ns": start if pk else 0, "malformed": 0,
+                        "period_ns": spec.period_ns,
+                        "color": n % 2,
+                        "start_tai_ns": start,
+                        "ifname": ifname(p),
+                        "ifindex": int(p.ifname.removeprefix("eth") or 0) + 2,
+                        "direction": p.direction,
+                        "carrier": "dscp",
+                        "flowmon_id": -1,
+                        "packets": pk,
+                        "bytes": pk * 100,
+                        "samples": 0,
+                        "hash_bits": bits[p],
+                        "hash_ref": ref,
+                        "first_tai_ns": start if pk else 0,
+                        "last_tai_ns": start if pk else 0,
+                        "mean_tai_ns": start if pk else 0,
+                        "malformed": 0,
                         "schema_version": records.SCHEMA_VERSION,
                     }
                 )

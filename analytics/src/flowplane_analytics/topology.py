@@ -128,7 +128,9 @@ def _endpoint(e: Any) -> str:
     return str(e)
 
 
-def lab_network(doc: dict[str, Any], default_name: str = "lab", probe_hosts: bool = False) -> Network:
+def lab_network(
+    doc: dict[str, Any], default_name: str = "lab", probe_hosts: bool = False
+) -> Network:
     """The MP graph of a lab topology with a probe on every router interface (and on every host
     interface if probe_hosts). Interfaces are eth0, eth1, … in the order of the node's links, as
     internal/topo names them."""
