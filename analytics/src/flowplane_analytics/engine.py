@@ -24,9 +24,14 @@ class Options:
     temp_dir: str | None = None  # DuckDB spill directory
     threads: int | None = None
     shuffle_partitions: int | None = None  # Spark; default 8 in local mode
+    spark_conf: dict[str, str] | None = None  # more Spark settings
 
 
-def spark_session(master: str | None = None, shuffle_partitions: int | None = None) -> Any:
+def spark_session(
+    master: str | None = None,
+    shuffle_partitions: int | None = None,
+    extra: dict[str, str] | None = None,
+) -> Any:
     """One SparkSession per process (Spark's startup takes seconds)."""
     global _spark_session
     if _spark_session is not None:
@@ -38,6 +43,7 @@ def spark_session(master: str | None = None, shuffle_partitions: int | None = No
     local = master.startswith("local")
     conf = {
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
         # probe=… and period=… stay strings; the reader casts them (a numeric probe id stays text).
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
@@ -48,6 +54,7 @@ def spark_session(master: str | None = None, shuffle_partitions: int | None = No
         conf["spark.driver.memory"] = os.environ.get("FLOWPLANE_SPARK_DRIVER_MEMORY", "2g")
     elif shuffle_partitions:
         conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    conf.update(extra or {})
     for k, v in conf.items():
         b = b.config(k, v)
     s = b.getOrCreate()
@@ -70,7 +77,7 @@ def connect(opts: Options) -> Any:
         raw.execute("SET preserve_insertion_order = false")
         return con
     if opts.engine == "spark":
-        return ibis.pyspark.connect(spark_session(opts.master, opts.shuffle_partitions))
+        return ibis.pyspark.connect(spark_session(opts.master, opts.shuffle_partitions, opts.spark_conf))
     raise ValueError(f"engine {opts.engine!r}: want one of {', '.join(ENGINES)}")
 
 
@@ -98,7 +105,7 @@ def _read(con: Any, root: str, table: str) -> ir.Table | None:
     return con.read_parquet(base, mergeSchema="true")
 
 
-def load(con: Any, root: str | Path) -> Dataset:
+def load(con: Any, root: str | Path, cache: bool = True) -> Dataset:
     """The dataset under root (a local directory, or hdfs:// / s3a:// with Spark)."""
     root = str(root)
     c = _read(con, root, "counters")
@@ -148,4 +155,8 @@ def load(con: Any, root: str | Path) -> Dataset:
     # A samples file without its counters file is not a complete period: ignore it.
     complete = agg.select("probe", "period").distinct()
     s = s.semi_join(complete, ["probe", "period"])
+    if con.name == "pyspark" and cache:
+        # Each metric reads the counters and samples several times (both sides of the
+        # matching, the hash lengths): Spark would rescan the Parquet files for each.
+        agg, s = agg.cache(), s.cache()
     return Dataset(counters=agg, samples=s, raw_counters=c)

@@ -16,6 +16,8 @@ with the same hash form a pair; the pair is a match when their 5-tuples are equa
 collision, rejected and counted). Hashes seen more than once at K's inputs, or more than once
 at its outputs, in a period are ambiguous and dropped. delay = tai_out − tai_in;
 jitter = mean |delay_i − delay_{i−1}| over the matches ordered by tai_in (RFC 3393 IPDV).
+Percentiles are nearest-rank: p_q = the smallest delay whose rank (1-based, by delay) is at
+least ⌈q·N/100⌉, an integer that both engines compute identically.
 """
 
 from __future__ import annotations
@@ -187,14 +189,26 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     )
     m = p.filter(~p.collision)
     w = ibis.window(group_by=["cluster", "period"], order_by=[m.in_ns, m.hash])
-    m = m.mutate(ipdv=(m.delay_ns - m.delay_ns.lag().over(w)).abs())
+    wr = ibis.window(group_by=["cluster", "period"], order_by=[m.delay_ns, m.in_ns, m.hash])
+    wn = ibis.window(group_by=["cluster", "period"])
+    m = m.mutate(
+        ipdv=(m.delay_ns - m.delay_ns.lag().over(w)).abs(),
+        rank=ibis.row_number().over(wr) + 1,  # 1-based rank by delay
+        n=m.count().over(wn),
+    )
+
+    def nearest_rank(pct: int) -> ir.IntegerValue:
+        # the smallest delay whose rank is at least ceil(pct/100 · n), in integers
+        need = (m.n * pct + 99) // 100
+        return ibis.ifelse(m.rank >= need, m.delay_ns, ibis.null("int64")).min()
+
     st = m.group_by(["cluster", "period"]).agg(
         matched=m.count(),
         mean_ns=m.delay_ns.mean(),
         min_ns=m.delay_ns.min(),
         max_ns=m.delay_ns.max(),
-        p50_ns=m.delay_ns.quantile(0.5),
-        p99_ns=m.delay_ns.quantile(0.99),
+        p50_ns=nearest_rank(50),
+        p99_ns=nearest_rank(99),
         jitter_ns=m.ipdv.mean(),
     )
     out = coll.left_join(st, ["cluster", "period"]).select(
