@@ -77,7 +77,9 @@ def connect(opts: Options) -> Any:
         raw.execute("SET preserve_insertion_order = false")
         return con
     if opts.engine == "spark":
-        return ibis.pyspark.connect(spark_session(opts.master, opts.shuffle_partitions, opts.spark_conf))
+        return ibis.pyspark.connect(
+            spark_session(opts.master, opts.shuffle_partitions, opts.spark_conf)
+        )
     raise ValueError(f"engine {opts.engine!r}: want one of {', '.join(ENGINES)}")
 
 

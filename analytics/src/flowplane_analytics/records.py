@@ -186,3 +186,22 @@ def remove_stale_temporaries(root: Path) -> int:
 
 def iter_rows(table: pa.Table) -> Iterable[dict[str, Any]]:
     return table.to_pylist()
+
+
+def read_period_json(root: Path, probe: str, period: int) -> dict[str, Any]:
+    """One complete period as the JSON object GET /periods/{n} answers (what a probe serves)."""
+    c = pq.read_table(partition_dir(root, "counters", probe, period) / "part-0.parquet")
+    sp = partition_dir(root, "samples", probe, period) / "part-0.parquet"
+    s = pq.read_table(sp).to_pylist() if sp.exists() else []
+    rows = c.to_pylist()
+    first = rows[0] if rows else {}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "probe": probe,
+        "period": period,
+        "period_ns": first.get("period_ns", 0),
+        "color": first.get("color", 0),
+        "start_tai_ns": first.get("start_tai_ns", 0),
+        "counters": rows,
+        "samples": s,
+    }
