@@ -38,9 +38,14 @@ def spark_session(
         return _spark_session
     from pyspark.sql import SparkSession
 
-    master = master or os.environ.get("SPARK_MASTER") or "local[*]"
-    b = SparkSession.builder.appName("flowplane-analytics").master(master)
-    local = master.startswith("local")
+    b = SparkSession.builder.appName("flowplane-analytics")
+    if master is None and os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # Started by spark-submit: its --master and --conf hold; set nothing over them.
+        local = False
+    else:
+        master = master or os.environ.get("SPARK_MASTER") or "local[*]"
+        b = b.master(master)
+        local = master.startswith("local")
     conf = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
