@@ -3,6 +3,7 @@ package altmark
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -64,5 +65,24 @@ func TestAnalyzePassesArgsAndExitCode(t *testing.T) {
 	got, _ := os.ReadFile(out)
 	if string(got) != "loss\n--data\nd\n--format\ncsv\n" {
 		t.Fatalf("args passed: %q", got)
+	}
+}
+
+// TestAnalyzeRunsRealPackage runs the package make setup installed (found above the test's
+// working directory, internal/altmark) on the RFC-style example graph.
+func TestAnalyzeRunsRealPackage(t *testing.T) {
+	t.Parallel()
+	exe, err := findAnalytics(func(string) string { return "" },
+		func() (string, error) { return "", errors.New("none") }, os.Getwd)
+	if err != nil {
+		t.Fatalf("%v (make test runs make setup first)", err)
+	}
+	out, err := exec.Command(exe, "clusters", "../../analytics/tests/data/rfc_example.yaml", "--format", "csv").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", exe, err, out)
+	}
+	want := "cluster,label,inputs,outputs,links\nC1,\"1 → 2,3\",1,2 3,2\n"
+	if !strings.HasPrefix(string(out), want) {
+		t.Fatalf("output:\n%s\nwant it to start with:\n%s", out, want)
 	}
 }
