@@ -8,7 +8,9 @@ answers. Not a test: numbers depend on the machine and its load.
 
 Environment: BENCH_PERIODS=10,100,1000 (sizes), BENCH_ENGINES=duckdb,spark,
 BENCH_DATA=DIR (default bench/results/analytics-data, kept between runs and reused),
-BENCH_DUCKDB_MEMORY=1GB (DuckDB memory_limit; it spills beyond it).
+BENCH_DUCKDB_MEMORY=1GB (DuckDB memory_limit; it spills beyond it),
+BENCH_SPARK_MAX_PERIODS=100 (larger sizes run on DuckDB only: Spark local mode takes many
+minutes there), BENCH_REMEASURE=0 (reuse the timings of an earlier run kept under BENCH_DATA).
 """
 
 from __future__ import annotations
@@ -34,14 +36,24 @@ def generate(root: Path, periods: int) -> dict:
         return json.loads(meta.read_text())
     net = topology.load(TOPO)
     spec = synth.Spec(
-        periods=periods, packets=256, hash_bits=6, grow_prob=0.1, jitter_ns=20_000,
-        loss_prob={lk: 0.002 for lk in net.graph.edges}, seed=periods,
+        periods=periods,
+        packets=256,
+        hash_bits=6,
+        grow_prob=0.1,
+        jitter_ns=20_000,
+        loss_prob={lk: 0.002 for lk in net.graph.edges},
+        seed=periods,
     )
     t = time.time()
     truth = synth.generate(net, spec, root)
-    m = {"periods": periods, "samples": truth.samples, "points": len(net.graph.nodes),
-         "files": 2 * len(list((root / "counters").glob("*/*"))),
-         "drops": sum(truth.drops.values()), "gen_s": round(time.time() - t, 1)}
+    m = {
+        "periods": periods,
+        "samples": truth.samples,
+        "points": len(net.graph.nodes),
+        "files": 2 * len(list((root / "counters").glob("*/*"))),
+        "drops": sum(truth.drops.values()),
+        "gen_s": round(time.time() - t, 1),
+    }
     meta.write_text(json.dumps(m))
     return m
 
@@ -52,9 +64,11 @@ def measure(engine_name: str, root: str, out: str) -> None:
 
     net = topology.load(TOPO)
     cs = clusters.resolve(net)
-    opts = engine.Options(engine=engine_name,
-                          memory_limit=os.environ.get("BENCH_DUCKDB_MEMORY", "1GB"),
-                          temp_dir=str(Path(out).parent / "spill"))
+    opts = engine.Options(
+        engine=engine_name,
+        memory_limit=os.environ.get("BENCH_DUCKDB_MEMORY", "1GB"),
+        temp_dir=str(Path(out).parent / "spill"),
+    )
     t0 = time.time()
     con = engine.connect(opts)
     t1 = time.time()
@@ -68,12 +82,22 @@ def measure(engine_name: str, root: str, out: str) -> None:
     loss.sort_values(k).reset_index(drop=True).to_parquet(out + ".loss.parquet")
     delay.sort_values(k).reset_index(drop=True).to_parquet(out + ".delay.parquet")
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    jvm_kb = _descendants_hwm_kb()  # Spark's JVM: peak resident memory of our child processes
+    jvm_kb = (
+        _descendants_hwm_kb()
+    )  # Spark's JVM: peak resident memory of our child processes
     if engine_name == "spark":
         engine.spark_session().stop()
     rss = rss_kb + jvm_kb
-    Path(out + ".json").write_text(json.dumps(
-        {"start_s": t1 - t0, "loss_s": t2 - t1, "delay_s": t3 - t2, "peak_mb": rss / 1024}))
+    Path(out + ".json").write_text(
+        json.dumps(
+            {
+                "start_s": t1 - t0,
+                "loss_s": t2 - t1,
+                "delay_s": t3 - t2,
+                "peak_mb": rss / 1024,
+            }
+        )
+    )
 
 
 def _descendants_hwm_kb() -> int:
@@ -119,39 +143,64 @@ def main() -> int:
         return 0
     sizes = [int(x) for x in os.environ.get("BENCH_PERIODS", "10,100,1000").split(",")]
     engines = os.environ.get("BENCH_ENGINES", "duckdb,spark").split(",")
-    data = Path(os.environ.get("BENCH_DATA", REPO / "bench" / "results" / "analytics-data"))
+    data = Path(
+        os.environ.get("BENCH_DATA", REPO / "bench" / "results" / "analytics-data")
+    )
+    spark_max = int(os.environ.get("BENCH_SPARK_MAX_PERIODS", "100"))
+    remeasure = os.environ.get("BENCH_REMEASURE", "1") == "1"
     results = []
     for n in sizes:
         root = data / f"p{n}"
         meta = generate(root, n)
         row = {**meta}
         for eng in engines:
+            if eng == "spark" and n > spark_max:
+                continue
             out = str(data / f"p{n}-{eng}")
-            subprocess.run([sys.executable, __file__, "measure", eng, str(root), out], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if remeasure or not Path(out + ".json").exists():
+                subprocess.run(
+                    [sys.executable, __file__, "measure", eng, str(root), out],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
             row[eng] = json.loads(Path(out + ".json").read_text())
-        if len(engines) == 2:
-            row["identical"] = identical(str(data / f"p{n}-duckdb"), str(data / f"p{n}-spark"))
+        if "duckdb" in row and "spark" in row:
+            row["identical"] = identical(
+                str(data / f"p{n}-duckdb"), str(data / f"p{n}-spark")
+            )
         results.append(row)
         print(f"bench: {n} periods done", file=sys.stderr)
-    print("| periods | samples | files | engine | loss s | delay s | samples/s (loss+delay) "
-          "| peak MB (process + JVM) | time / DuckDB | time / smallest |")
+    print(
+        "| periods | samples | files | engine | loss s | delay s | samples/s (loss+delay) "
+        "| peak MB (process + JVM) | time / DuckDB | time / smallest |"
+    )
     print("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     base: dict[str, float] = {}
     for r in results:
         for eng in engines:
+            if eng not in r:
+                print(
+                    f"| {r['periods']} | {r['samples']:,} | {r['files']:,} | {eng} "
+                    f"| not run (BENCH_SPARK_MAX_PERIODS={spark_max}) | | | | | |"
+                )
+                continue
             m = r[eng]
             t = m["loss_s"] + m["delay_s"]
             base.setdefault(eng, t)
             d = r.get("duckdb")
             ratio = t / (d["loss_s"] + d["delay_s"]) if d else float("nan")
-            print(f"| {r['periods']} | {r['samples']:,} | {r['files']:,} | {eng} "
-                  f"| {m['loss_s']:.1f} | {m['delay_s']:.1f} | {r['samples'] / t:,.0f} "
-                  f"| {m['peak_mb']:.0f} | {ratio:.2f} | {t / base[eng]:.1f} |")
-    if len(engines) == 2:
-        same = all(r["identical"] for r in results)
-        print(f"\nDuckDB and Spark answers identical (loss and delay, every size): "
-              f"{'yes' if same else 'NO'}")
+            print(
+                f"| {r['periods']} | {r['samples']:,} | {r['files']:,} | {eng} "
+                f"| {m['loss_s']:.1f} | {m['delay_s']:.1f} | {r['samples'] / t:,.0f} "
+                f"| {m['peak_mb']:.0f} | {ratio:.2f} | {t / base[eng]:.1f} |"
+            )
+    if any("identical" in r for r in results):
+        same = all(r["identical"] for r in results if "identical" in r)
+        print(
+            f"\nDuckDB and Spark answers identical (loss and delay, every size): "
+            f"{'yes' if same else 'NO'}"
+        )
     out = REPO / "bench" / "results" / "analytics.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
