@@ -77,3 +77,15 @@ def test_usage_errors(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["loss"])
     assert e.value.code == 2
+
+
+def test_dataset_without_samples(ds, tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(ds / "counters", tmp_path / "counters")
+    assert main(["delay", "-d", str(tmp_path), "-t", TOPO, "--format", "csv"]) == 0
+    assert capsys.readouterr().out.strip().startswith("period,cluster")  # header, no rows
+    assert main(["delay", "-d", str(tmp_path), "-t", TOPO, "--format", "json"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["loss", "-d", str(tmp_path), "-t", TOPO, "--format", "csv"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) > 1

@@ -103,3 +103,15 @@ def test_bad_super_cluster():
     net = topology.load(DATA / "rfc_example.yaml")
     with pytest.raises(ValueError, match="no cluster C9"):
         clusters.resolve(net, ["C1+C9"])
+
+
+def test_graphml_and_json_graph_files(tmp_path):
+    yaml_net = topology.load(DATA / "rfc_example.yaml")
+    g = nx.DiGraph()
+    g.add_edges_from((a.id, b.id) for a, b in yaml_net.graph.edges)
+    nx.write_graphml(g, tmp_path / "ex.graphml")
+    (tmp_path / "ex.json").write_text(topology.to_json(yaml_net))
+    want = [(c.inputs, c.outputs) for c in clusters.resolve(yaml_net)]
+    for f in ("ex.graphml", "ex.json"):
+        net = topology.load(tmp_path / f)
+        assert [(c.inputs, c.outputs) for c in clusters.resolve(net)] == want
