@@ -8,10 +8,15 @@ mkdir -p bench/results
 failed=()
 for dir in bench/*/; do
 	name=$(basename "$dir")
-	[[ -f $dir/main.go ]] || continue
+	[[ -f $dir/main.go || -f $dir/bench.py ]] || continue
 	if [[ -n ${BENCH:-} && ",$BENCH," != *",$name,"* ]]; then continue; fi
 	echo "## $name"
-	go run "./bench/$name" || failed+=("$name")
+	if [[ -f $dir/bench.py ]]; then
+		# Python benchmarks run in the analytics venv (make setup).
+		analytics/.venv/bin/python "$dir/bench.py" || failed+=("$name")
+	else
+		go run "./bench/$name" || failed+=("$name")
+	fi
 done
 if ((${#failed[@]})); then
 	echo "bench: failed: ${failed[*]}" >&2

@@ -8,7 +8,7 @@ apt_packages=(
 	iproute2 iputils-ping ethtool                # lab plumbing
 	iperf3 tcpdump tshark jq              # traffic, capture, demo
 	conntrack nftables                           # nf_conntrack reference
-	python3-venv                                 # analytics
+	python3-venv openjdk-17-jre-headless         # analytics (venv; the JVM for Spark)
 )
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -30,3 +30,19 @@ if ! command -v go >/dev/null; then
 	exit 1
 fi
 go mod download
+
+# analytics/: a venv with the package and its pinned dependencies, reinstalled only when
+# analytics/pyproject.toml changes (the stamp holds its hash).
+venv=analytics/.venv
+stamp=$venv/.installed
+want=$(sha256sum analytics/pyproject.toml | cut -d' ' -f1)
+if [[ ! -x $venv/bin/python ]]; then
+	echo "setup: creating $venv"
+	python3 -m venv "$venv"
+fi
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+	echo "setup: installing analytics into $venv (pip)"
+	"$venv/bin/python" -m pip install -q --upgrade pip
+	"$venv/bin/python" -m pip install -q -e 'analytics[dev]'
+	echo "$want" >"$stamp"
+fi

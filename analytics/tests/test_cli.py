@@ -1,0 +1,91 @@
+"""The console script's commands end to end on a small synthetic dataset (DuckDB)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from flowplane_analytics.cli import main
+
+DATA = Path(__file__).parent / "data"
+TOPO = str(DATA / "lab6.yaml")
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    assert (
+        main(
+            ["synth", TOPO, "-d", str(root), "--periods", "2", "--packets", "400", "--lab-ifnames"]
+        )
+        == 0
+    )
+    return root
+
+
+def test_clusters_table_and_png(tmp_path, capsys):
+    png = tmp_path / "g.png"
+    assert (
+        main(
+            [
+                "clusters",
+                str(DATA / "rfc_example.yaml"),
+                "--png",
+                str(png),
+                "--super",
+                "C2+C3",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [r["cluster"] for r in rows] == ["C1", "C2", "C3", "C4", "S1", "e2e"]
+    assert rows[4]["inputs"] == "2 3 6" and rows[4]["outputs"] == "5 7"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_loss_formats(ds, tmp_path, capsys):
+    assert main(["loss", "-d", str(ds), "-t", TOPO]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:3] == ["period", "cluster", "in_points"]
+    pq = tmp_path / "loss.parquet"
+    assert main(["loss", "-d", str(ds), "-t", TOPO, "--format", "parquet", "-o", str(pq)]) == 0
+    df = pd.read_parquet(pq)
+    assert set(df.cluster) >= {"C1", "e2e"} and df.period.nunique() == 2
+
+
+def test_delay_paths_report(ds, tmp_path, capsys):
+    assert main(["delay", "-d", str(ds), "-t", TOPO, "--format", "csv"]) == 0
+    assert capsys.readouterr().out.startswith("period,cluster,pairs,collisions,matched")
+    assert main(["paths", "-d", str(ds), "-t", TOPO, "--limit", "5"]) == 0
+    assert "→" in capsys.readouterr().out
+    html = tmp_path / "r.html"
+    assert main(["report", "-d", str(ds), "-t", TOPO, "--html", str(html)]) == 0
+    text = html.read_text()
+    assert text.count("data:image/png;base64,") == 3 and "Loss per period" in text
+
+
+def test_usage_errors(tmp_path, capsys):
+    assert main(["loss", "-d", str(tmp_path), "-t", TOPO]) == 2
+    assert "no counters" in capsys.readouterr().err
+    assert main(["clusters", str(tmp_path / "nope.yaml")]) == 2
+    with pytest.raises(SystemExit) as e:
+        main(["loss"])
+    assert e.value.code == 2
+
+
+def test_dataset_without_samples(ds, tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(ds / "counters", tmp_path / "counters")
+    assert main(["delay", "-d", str(tmp_path), "-t", TOPO, "--format", "csv"]) == 0
+    assert capsys.readouterr().out.strip().startswith("period,cluster")  # header, no rows
+    assert main(["delay", "-d", str(tmp_path), "-t", TOPO, "--format", "json"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["loss", "-d", str(tmp_path), "-t", TOPO, "--format", "csv"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) > 1
