@@ -1,7 +1,6 @@
 package altmark
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -64,7 +63,7 @@ The marker stays attached (pinned) after the command returns; "mark remove" deta
 	cmd.Flags().StringVar(&cfgFile, "config", "", "marker configuration file (YAML; docs/altmark.md, Marker)")
 	cmd.Flags().BoolVar(&remove, "remove", false, "detach the marker from --dev (same as `mark remove`)")
 	cmd.Flags().BoolVar(&check, "check", false, "validate --config and exit (no --dev needed)")
-	cmd.AddCommand(markRemoveCommand(), markStatusCommand())
+	cmd.AddCommand(markRemoveCommand(), cli.StatusCommand("the markers of this network namespace and their counters", ReadMarkStatus, printMarkStatus))
 	return cmd
 }
 
@@ -92,30 +91,6 @@ func runMarkRemove(w io.Writer, dev string) error {
 	}
 	fmt.Fprintf(w, "altmark marker removed from %s\n", dev)
 	return nil
-}
-
-func markStatusCommand() *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "status [--json]",
-		Short: "the markers of this network namespace and their counters",
-		Args:  cli.ExactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := ReadMarkStatus()
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
-			}
-			printMarkStatus(cmd.OutOrStdout(), st)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
 }
 
 func describeCarrier(c *MarkConfig) string {

@@ -18,7 +18,6 @@ import (
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/runstate"
 	"github.com/flowplane/flowplane/internal/stats"
-	"golang.org/x/sys/unix"
 )
 
 // markSubsystem names the marker's pins (/sys/fs/bpf/flowplane/altmark-mark/<netns>/<dev>/)
@@ -105,15 +104,6 @@ func openMarker(s MarkSpec) (*markerObjects, error) {
 	return objs, nil
 }
 
-// netnsName names the calling thread's network namespace (pin.Netns).
-func netnsName() (string, error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		return "", fmt.Errorf("identify network namespace: %w", err)
-	}
-	return pin.Netns(st.Ino), nil
-}
-
 func markPin(ns, dev string) []string      { return []string{markSubsystem, ns, dev} }
 func markRecordName(ns, dev string) string { return ns + "-" + dev }
 
@@ -127,7 +117,7 @@ func CheckMarkDevice(dev string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("interface %q: no such network interface in this network namespace", dev)
 	}
-	ns, err := netnsName()
+	ns, err := pin.ThisNetns()
 	if err != nil {
 		return 0, err
 	}
@@ -145,7 +135,7 @@ func Mark(dev string, c *MarkConfig) (err error) {
 	if err != nil {
 		return err
 	}
-	ns, err := netnsName()
+	ns, err := pin.ThisNetns()
 	if err != nil {
 		return err
 	}
@@ -182,7 +172,7 @@ func Mark(dev string, c *MarkConfig) (err error) {
 // RemoveMark detaches the marker from dev in this network namespace; os.ErrNotExist if there
 // is none.
 func RemoveMark(dev string) error {
-	ns, err := netnsName()
+	ns, err := pin.ThisNetns()
 	if err != nil {
 		return err
 	}
@@ -206,7 +196,7 @@ func RemoveMark(dev string) error {
 
 // ReadMarkStatus reads every marker of this network namespace.
 func ReadMarkStatus() ([]MarkStatus, error) {
-	ns, err := netnsName()
+	ns, err := pin.ThisNetns()
 	if err != nil {
 		return nil, err
 	}

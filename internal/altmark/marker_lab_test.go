@@ -288,7 +288,7 @@ func labMarkAltMark(t *testing.T, header string) {
 		t.Fatal(err)
 	}
 	err = nsrun.Do(l.Netns("h1"), func() error {
-		ns, _ := netnsName()
+		ns, _ := pin.ThisNetns()
 		if _, err := os.Stat(pin.Path(markPin(ns, dev)...)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("marker pins left behind: %v", err)
 		}
@@ -411,7 +411,7 @@ func TestLabMarkerAndProbe(t *testing.T) {
 	// between, each color's counters hold every period of that color.
 	var counters map[string]uint64
 	err = nsrun.Do(l.Netns("h1"), func() error {
-		ns, err := netnsName()
+		ns, err := pin.ThisNetns()
 		if err != nil {
 			return err
 		}

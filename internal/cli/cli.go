@@ -3,8 +3,10 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 )
@@ -61,4 +63,30 @@ func RangeArgs(min, max int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// StatusCommand is a subsystem's `status [--json]`: read the state, then print it as text or
+// as indented JSON.
+func StatusCommand[T any](short string, read func() (T, error), print func(io.Writer, T)) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [--json]",
+		Short: short,
+		Args:  ExactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := read()
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			print(cmd.OutOrStdout(), st)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
-	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/pin"
 )
@@ -22,13 +21,7 @@ var persistent = []string{"ct_main", "ct_emb", "ct_stats", "ct_settings", "ct_ev
 
 // Instance names the conntrack instance of the calling thread's network namespace: one pin
 // directory per namespace, so two routers of one lab never share a table.
-func Instance() (string, error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		return "", fmt.Errorf("identify network namespace: %w", err)
-	}
-	return pin.Netns(st.Ino), nil
-}
+func Instance() (string, error) { return pin.ThisNetns() }
 
 // PinDir is the pin directory of the calling thread's namespace's instance.
 func PinDir() (string, error) {

@@ -173,6 +173,15 @@ func ensureBPFFS() error {
 // namespace (lab down) removes them with RemoveNetns without knowing the subsystems.
 func Netns(ino uint64) string { return fmt.Sprintf("ns%d", ino) }
 
+// ThisNetns is Netns of the calling thread's network namespace.
+func ThisNetns() (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return "", fmt.Errorf("identify network namespace: %w", err)
+	}
+	return Netns(st.Ino), nil
+}
+
 // RemoveNetns unpins every subsystem's instance of the network namespace with inode ino.
 func RemoveNetns(ino uint64) error {
 	subs, err := os.ReadDir(Path())

@@ -5,7 +5,6 @@
 package prio
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,7 +29,9 @@ option on every data segment. On a router, "prio router" builds an HTB tree on t
 interface and a classifier at its tcx egress that puts each flow into a class by the policy's
 scheme. Routers are per network namespace and device; see docs/prio.md.`,
 	}
-	cmd.AddCommand(hostCmd(), routerCmd(), statusCmd(), removeCmd())
+	cmd.AddCommand(hostCmd(), routerCmd(),
+		cli.StatusCommand("per-class packets, bytes and drops, per-flow advertised backlog and class, counters", ReadStatus, printStatus),
+		removeCmd())
 	return cmd
 }
 
@@ -96,30 +97,6 @@ func routerCmd() *cobra.Command {
 	cmd.Flags().StringVar(&dev, "dev", "", "the bottleneck interface (its egress is shaped)")
 	cmd.Flags().StringVar(&rate, "rate", "", "the bottleneck's rate, e.g. 100mbit")
 	cmd.Flags().StringVar(&policy, "policy", "", "router policy file (YAML)")
-	return cmd
-}
-
-func statusCmd() *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "status [--json]",
-		Short: "per-class packets, bytes and drops, per-flow advertised backlog and class, counters",
-		Args:  cli.ExactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := ReadStatus()
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
-			}
-			printStatus(cmd.OutOrStdout(), st)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 

@@ -212,7 +212,7 @@ func TestLabAdvertiseAndClassify(t *testing.T) {
 				t.Errorf("qdisc %s %x: left behind", q.Type(), q.Attrs().Handle)
 			}
 		}
-		ns, _ := netnsName()
+		ns, _ := pin.ThisNetns()
 		if _, err := os.Stat(pin.Path(routerPin(ns, dev)...)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("router pins left behind: %v", err)
 		}

@@ -108,7 +108,7 @@ func TestRouterBadInputAppliesNothing(t *testing.T) {
 				t.Errorf("%s after rejected runs: %s %v", d, out, err)
 			}
 		}
-		ino, err := netnsName()
+		ino, err := pin.ThisNetns()
 		if err != nil {
 			return err
 		}

@@ -15,7 +15,6 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/runstate"
@@ -33,15 +32,6 @@ type RouterRecord struct {
 	Scheme Scheme `json:"scheme"`
 	Bands  int    `json:"bands"`
 	Leaves int    `json:"leaves"`
-}
-
-// netnsName names the calling thread's network namespace's instance (pin.Netns).
-func netnsName() (string, error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		return "", fmt.Errorf("identify network namespace: %w", err)
-	}
-	return pin.Netns(st.Ino), nil
 }
 
 func routerPin(ns, dev string) []string { return []string{subsystem, ns, dev} }
@@ -88,7 +78,7 @@ func Router(dev string, rate uint64, p *RouterPolicy) (err error) {
 	if err != nil {
 		return err
 	}
-	ns, err := netnsName()
+	ns, err := pin.ThisNetns()
 	if err != nil {
 		return err
 	}
@@ -235,7 +225,7 @@ func deleteHTB(l netlink.Link) error {
 // RemoveRouter undoes Router on dev in this network namespace; os.ErrNotExist if nothing is
 // there.
 func RemoveRouter(dev string) error {
-	ns, err := netnsName()
+	ns, err := pin.ThisNetns()
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ var hostCounterNames = []string{"matched", "unmatched", "written", "no_room", "n
 
 // ReadStatus reads every router of this network namespace and every host attachment.
 func ReadStatus() (*Status, error) {
-	ns, err := netnsName()
+	ns, err := pin.ThisNetns()
 	if err != nil {
 		return nil, err
 	}

@@ -236,31 +236,13 @@ func parseEndpoint(s string) (netip.Addr, uint16, error) {
 }
 
 func statusCmd(name *string) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "status [--json]",
-		Short: "Show the applied policy, per-rule hits and per-setting kernel refusals",
-		Args:  cli.ExactArgs(0),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			k, err := HostKernel()
-			if err != nil {
-				return err
-			}
-			st, err := ReadStatus(*name, k)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(st)
-			}
-			printStatus(cmd.OutOrStdout(), st)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+	return cli.StatusCommand("Show the applied policy, per-rule hits and per-setting kernel refusals", func() (*Status, error) {
+		k, err := HostKernel()
+		if err != nil {
+			return nil, err
+		}
+		return ReadStatus(*name, k)
+	}, printStatus)
 }
 
 func printStatus(out io.Writer, st *Status) {
