@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # demo-altmark.sh: the altmark step of the demo. Called by examples/demo.sh with FLOWPLANE (the
 # binary) and LAB (a running lab h1 — r1 — h2 whose r1—h2 link loses packets). Probes r1's
-# egress towards h2 and h2's ingress with `altmark probe` (1 s periods), while h1 sends UDP whose
-# DSCP color follows the period, as a marker would set it (the marker is not in this branch), and
-# reads the lab's loss counter at every period boundary. Prints, per period, the two probes'
+# egress towards h2 and h2's ingress with `altmark probe` (1 s periods), while h1 sends UDP that
+# `altmark mark` on h1's egress colors by period (DSCP), and reads the lab's loss counter at
+# every period boundary. Prints, per period, the two probes'
 # counts, the loss they give and the loss program's drops in that period. Takes about 15 s.
 set -euo pipefail
 : "${FLOWPLANE:?set FLOWPLANE to the flowplane binary}" "${LAB:?set LAB to the running lab}"
@@ -12,12 +12,13 @@ fp() { "$FLOWPLANE" "$@"; }
 status=$(fp lab status "$LAB" --json)
 dev() { jq -r --arg n "$1" --arg i "$2" '.nodes[] | select(.name==$n) | .interfaces[] | select(.name==$i) | .device' <<<"$status"; }
 addr() { jq -r --arg n "$1" '.nodes[] | select(.name==$n) | .interfaces[0].ipv4' <<<"$status" | cut -d/ -f1; }
-r1out=$(dev r1 eth1) h2in=$(dev h2 eth0) h2=$(addr h2)
+r1out=$(dev r1 eth1) h2in=$(dev h2 eth0) h1out=$(dev h1 eth0) h2=$(addr h2)
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
+	fp lab exec "$LAB" h1 -- "$FLOWPLANE" altmark mark remove --dev "$h1out" >/dev/null 2>&1 || true
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -39,28 +40,28 @@ done
 # becomes permanent, so no ARP goes out there.
 mac=$(fp lab exec "$LAB" h2 -- ip -j link show "$h2in" | jq -r ".[0].address")
 fp lab exec "$LAB" r1 -- ip neigh replace "$h2" lladdr "$mac" dev "$r1out" nud permanent
+printf 'period: 1s\ncarrier: dscp\ndscp_bits: [0, 1]\n' >"$tmp/mark.yaml"
+echo "== altmark mark on h1 ($h1out out): DSCP bit 0 = the period's color"
+fp lab exec "$LAB" h1 -- "$FLOWPLANE" altmark mark --dev "$h1out" --config "$tmp/mark.yaml"
 echo "== altmark probe on r1 ($r1out out) and h2 ($h2in in), $periods periods of 1 s"
 for node in r1 h2; do
 	fp lab exec "$LAB" "$node" -- "$FLOWPLANE" altmark probe --config "$tmp/$node.yaml" 2>"$tmp/$node.log" &
 	pids+=($!)
 done
 
-# The sender (in h1) and the drop-counter reader (here): CLOCK_TAI, the probes' clock. No packet
-# leaves within 100 ms of a boundary, when the loss counter is read.
+# The sender (in h1, uncolored: the marker colors) and the drop-counter reader (here): CLOCK_TAI,
+# the marker's and probes' clock. No packet leaves within 100 ms of a boundary, when the loss
+# counter is read.
 cat >"$tmp/send.py" <<'EOF'
 import socket, sys, time
 dst, seconds = sys.argv[1], float(sys.argv[2])
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-end, tos, seq = time.clock_gettime_ns(time.CLOCK_TAI) + int(seconds * 1e9), -1, 0
+end, seq = time.clock_gettime_ns(time.CLOCK_TAI) + int(seconds * 1e9), 0
 while (now := time.clock_gettime_ns(time.CLOCK_TAI)) < end:
     phase = now % 1_000_000_000
     if phase < 100_000_000 or phase > 900_000_000:
         time.sleep(0.005)
         continue
-    color = (now // 1_000_000_000) % 2
-    if color << 2 != tos:
-        tos = color << 2
-        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
     s.sendto(b"seq %d" % seq + bytes(100), (dst, 9))
     seq += 1
     time.sleep(0.0005)
