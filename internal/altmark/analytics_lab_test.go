@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -199,9 +200,7 @@ func TestLabAnalyticsLossPerCluster(t *testing.T) {
 	if err := os.WriteFile(topoFile, []byte("name: "+l.Name()+"\n"+analyticsLab), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var clusters []struct {
-		Cluster, Label, Inputs, Outputs string
-	}
+	var clusters []amCluster
 	runAnalyticsJSON(t, script, &clusters, "clusters", topoFile, "--format", "json")
 	var rows []struct {
 		Period  int64
@@ -326,6 +325,231 @@ func TestLabAnalyticsLossPerCluster(t *testing.T) {
 		}
 	}
 	t.Logf("checked %d periods × %d clusters (+ e2e)", len(checked), len(clusters)-1)
+	checkDelay(t, l, routers, data, topoFile, script, clusters, checked)
+}
+
+// amCluster is a row of the analytics' clusters command.
+type amCluster struct{ Cluster, Label, Inputs, Outputs string }
+
+// pointRecord is what one measurement point recorded in one period.
+type pointRecord struct {
+	packets, meanTAI int64
+	bits             int32
+	ref              int64
+	samples          []Sample
+}
+
+// delayTolerance bounds |sampled mean - all-packets mean| per cluster over the whole run: the
+// sampled mean (1/16 of the packets, by hash) estimates the all-packets mean; on this shared
+// machine a hop's delay is tens of microseconds with a tail of scheduling stalls.
+const delayTolerance = 100 * time.Microsecond
+
+// checkDelay compares the analytics' delay per cluster and period with two computations in
+// Go from the same records: (1) the same matching redone from the samples (valid at the
+// cluster's largest hash length, hashes unique per side, same 5-tuple): matched, min and max
+// equal, mean within 1 ns; (2) an independent measure from the counters, not the samples: in a
+// period where the cluster lost nothing every packet crossed it, so
+// (Σ_out packets·mean_tai − Σ_in packets·mean_tai) / packets is the exact mean delay of all
+// its packets. Pooled over the periods, the sampled mean must be within delayTolerance of it.
+func checkDelay(t *testing.T, l *lab.Lab, routers []*topo.Node, data, topoFile, script string, clusters []amCluster, checked []int64) {
+	t.Helper()
+	var rows []struct {
+		Period   int64
+		Cluster  string
+		Matched  jsonInt
+		MeanNs   jsonFloat `json:"mean_ns"`
+		MinNs    jsonInt   `json:"min_ns"`
+		MaxNs    jsonInt   `json:"max_ns"`
+		Collided jsonInt   `json:"collisions"`
+	}
+	runAnalyticsJSON(t, script, &rows, "delay", "--data", data, "--topology", topoFile, "--format", "json")
+	type key struct {
+		period  int64
+		cluster string
+	}
+	got := map[key]int{}
+	for i, r := range rows {
+		got[key{r.Period, r.Cluster}] = i
+	}
+	local := map[string]string{} // kernel name -> eth0, …
+	for _, n := range routers {
+		for _, i := range n.Ifaces {
+			local[l.IfName(i)] = i.Name
+		}
+	}
+	type pool struct {
+		matched           int64
+		sampledSum        float64 // Σ mean·matched
+		packets, allSum   int64   // over the periods without loss: packets, Σ delays
+		periods, lossless int
+	}
+	pools := map[string]*pool{}
+	for _, n := range checked {
+		recs := map[string]*pointRecord{} // probe:eth:dir
+		for _, r := range routers {
+			p, err := (Store{Dir: data, Probe: r.Name}).Read(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := func(ifname, dir string) *pointRecord {
+				id := r.Name + ":" + local[ifname] + ":" + dir
+				if recs[id] == nil {
+					recs[id] = &pointRecord{}
+				}
+				return recs[id]
+			}
+			for _, c := range p.Counters {
+				pr := at(c.Ifname, c.Direction)
+				if c.Packets > 0 {
+					pr.meanTAI = (pr.meanTAI*pr.packets + (c.MeanTAINs-n*int64(labPeriod))*c.Packets) / (pr.packets + c.Packets)
+				}
+				pr.packets += c.Packets
+				pr.bits = max(pr.bits, c.HashBits)
+				pr.ref = c.HashRef
+			}
+			for _, s := range p.Samples {
+				pr := at(s.Ifname, s.Direction)
+				pr.samples = append(pr.samples, s)
+			}
+		}
+		for _, c := range clusters {
+			ins, outs := strings.Fields(c.Inputs), strings.Fields(c.Outputs)
+			// (1) the matching, redone.
+			var bits int32
+			for _, pt := range append(slices.Clone(ins), outs...) {
+				bits = max(bits, recs[pt].bits)
+			}
+			mask := int64(1)<<bits - 1
+			side := func(pts []string) map[int64]Sample {
+				m, dup := map[int64]Sample{}, map[int64]bool{}
+				for _, pt := range pts {
+					for _, s := range recs[pt].samples {
+						if s.Hash&mask != recs[pt].ref&mask {
+							continue
+						}
+						if _, ok := m[s.Hash]; ok {
+							dup[s.Hash] = true
+						}
+						m[s.Hash] = s
+					}
+				}
+				for h := range dup {
+					delete(m, h)
+				}
+				return m
+			}
+			in, out := side(ins), side(outs)
+			var matched, collisions, sum int64
+			minD, maxD := int64(1)<<62, int64(-1)<<62
+			for h, a := range in {
+				b, ok := out[h]
+				if !ok {
+					continue
+				}
+				if a.SrcAddr != b.SrcAddr || a.DstAddr != b.DstAddr || a.Proto != b.Proto || a.SrcPort != b.SrcPort || a.DstPort != b.DstPort {
+					collisions++
+					continue
+				}
+				d := b.TAINs - a.TAINs
+				matched++
+				sum += d
+				minD, maxD = min(minD, d), max(maxD, d)
+			}
+			i, ok := got[key{n, c.Cluster}]
+			if !ok {
+				if matched > 0 {
+					t.Errorf("period %d cluster %s: no delay row from the analytics, %d matched samples in Go", n, c.Cluster, matched)
+				}
+				continue
+			}
+			r := rows[i]
+			if r.Matched.v != matched || r.Collided.v != collisions {
+				t.Errorf("period %d cluster %s: analytics matched %d (%d collisions), Go %d (%d)", n, c.Cluster, r.Matched.v, r.Collided.v, matched, collisions)
+				continue
+			}
+			if matched == 0 {
+				continue
+			}
+			mean := float64(sum) / float64(matched)
+			if r.MinNs.v != minD || r.MaxNs.v != maxD || math.Abs(r.MeanNs.v-mean) > 1 {
+				t.Errorf("period %d cluster %s: analytics mean/min/max %.1f/%d/%d ns, Go %.1f/%d/%d", n, c.Cluster, r.MeanNs.v, r.MinNs.v, r.MaxNs.v, mean, minD, maxD)
+			}
+			if minD < 0 {
+				t.Errorf("period %d cluster %s: a negative delay (%d ns) on one clock", n, c.Cluster, minD)
+			}
+			p := pools[c.Cluster]
+			if p == nil {
+				p = &pool{}
+				pools[c.Cluster] = p
+			}
+			p.periods++
+			p.matched += matched
+			p.sampledSum += r.MeanNs.v * float64(matched)
+			// (2) all packets, from the counters, when the cluster lost none.
+			var pin, pout, tin, tout int64
+			for _, pt := range ins {
+				pin += recs[pt].packets
+				tin += recs[pt].packets * recs[pt].meanTAI
+			}
+			for _, pt := range outs {
+				pout += recs[pt].packets
+				tout += recs[pt].packets * recs[pt].meanTAI
+			}
+			if pin == pout && pin > 0 {
+				p.lossless++
+				p.packets += pin
+				p.allSum += tout - tin
+			}
+		}
+	}
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-8s %-32s %8s %8s %12s %12s %10s\n", "cluster", "", "periods", "matched", "sampled µs", "all pkts µs", "packets")
+	compared := 0
+	for _, c := range clusters {
+		p := pools[c.Cluster]
+		if p == nil || p.matched == 0 {
+			continue
+		}
+		sampled := p.sampledSum / float64(p.matched) / 1e3
+		all := "-"
+		if p.packets > 0 {
+			a := float64(p.allSum) / float64(p.packets) / 1e3
+			all = fmt.Sprintf("%.1f", a)
+			// Only where the same periods feed both: every period with samples lost nothing.
+			if p.lossless == p.periods && p.matched >= 20 {
+				compared++
+				if math.Abs(sampled-a)*1e3 > float64(delayTolerance) {
+					t.Errorf("cluster %s (%s): sampled mean delay %.1f µs over %d samples, all packets %.1f µs: more than %v apart",
+						c.Cluster, c.Label, sampled, p.matched, a, delayTolerance)
+				}
+			}
+		}
+		label := c.Label
+		if len(label) > 32 {
+			label = label[:32]
+		}
+		fmt.Fprintf(&table, "%-8s %-32s %8d %8d %12.1f %12s %10d\n", c.Cluster, label, p.periods, p.matched, sampled, all, p.packets)
+	}
+	t.Logf("mean delay per cluster over the checked periods: the analytics' (sampled, equal to Go's matching) and all packets' from the counters (lossless periods):\n%s", table.String())
+	if compared == 0 {
+		t.Errorf("no cluster had enough samples to compare its sampled mean delay with all packets'")
+	}
+}
+
+// jsonFloat is a float column of the analytics' JSON output (null, a number or a string).
+type jsonFloat struct {
+	v    float64
+	null bool
+}
+
+func (j *jsonFloat) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		j.null = true
+		return nil
+	}
+	v, err := strconv.ParseFloat(strings.Trim(string(b), `"`), 64)
+	j.v = v
+	return err
 }
 
 // quietLab makes the links between routers carry only the test's UDP: IPv6 off on the routers
