@@ -119,7 +119,7 @@ func TestLabAnalyticsLossPerCluster(t *testing.T) {
 	listenUDP(t, l)
 
 	// The probes: one period loop per router, all interfaces both ways, one data directory.
-	const periods, common = 14, 5
+	const periods, common = 16, 5
 	L := int64(labPeriod)
 	data := t.TempDir()
 	runners := make([]*Runner, len(routers))
@@ -150,25 +150,30 @@ func TestLabAnalyticsLossPerCluster(t *testing.T) {
 		}()
 	}
 
-	// Traffic, and the drops of every wire read in the quiet gap after every period boundary.
+	// Traffic, and the drops of every wire read in the quiet gap around every period boundary.
+	// On any exit the senders and the reader stop before the lab goes down.
 	quiet := 40 * time.Millisecond
+	drops := newDropReader(t, l, routers, wires)
 	stop := make(chan struct{})
+	sampler := make(chan struct{})
 	var senders sync.WaitGroup
-	for _, f := range analyticsFlows {
-		sendFlow(t, l, f[0], f[1], quiet, stop, &senders)
-	}
+	stopTraffic := sync.OnceFunc(func() {
+		close(stop)
+		senders.Wait()
+		<-sampler
+	})
+	t.Cleanup(stopTraffic)
 	type reading struct {
-		drops map[wire]uint64
-		ok    bool // read within the quiet gap
+		drops      map[wire]uint64
+		ok         bool          // read within the quiet gap
+		start, end time.Duration // relative to the boundary
 	}
 	readings := map[int64]reading{} // n -> drops before period n
-	drops := newDropReader(t, l, routers, wires)
-	sampler := make(chan struct{})
 	go func() {
 		defer close(sampler)
 		for n := tai()/L + 1; ; n++ {
 			// Period n-1's last datagrams left quiet before n*L, n's first leave quiet after.
-			(taiClock{}).Until(n*L-int64(quiet)/2, nil)
+			(taiClock{}).Until(n*L-int64(quiet)*3/4, nil)
 			select {
 			case <-stop:
 				return
@@ -177,22 +182,21 @@ func TestLabAnalyticsLossPerCluster(t *testing.T) {
 			start := tai()
 			d := drops.read(t)
 			end := tai()
-			readings[n] = reading{d, start > n*L-int64(quiet)+int64(5*time.Millisecond) && end < n*L+int64(quiet)}
+			readings[n] = reading{d, start > n*L-int64(quiet)+int64(5*time.Millisecond) && end < n*L+int64(quiet),
+				time.Duration(start - n*L), time.Duration(end - n*L)}
 		}
 	}()
+	for _, f := range analyticsFlows {
+		sendFlow(t, l, f[0], f[1], quiet, stop, &senders)
+	}
 	starting.Wait()
 	if slices.Contains(runners, nil) {
-		close(stop)
-		senders.Wait()
-		<-sampler
 		t.FailNow()
 	}
 	for _, r := range runners {
 		r.Wait()
 	}
-	close(stop)
-	senders.Wait()
-	<-sampler
+	stopTraffic()
 
 	// The analytics: the clusters of the lab topology (named as the lab is, so the kernel
 	// interface names resolve), and the loss per period and cluster.
@@ -267,7 +271,8 @@ func TestLabAnalyticsLossPerCluster(t *testing.T) {
 		r0, ok0 := readings[n]
 		r1, ok1 := readings[n+1]
 		if !ok0 || !ok1 || !r0.ok || !r1.ok {
-			t.Logf("period %d: the drop counters were not read in the quiet gaps around it; not checked", n)
+			t.Logf("period %d: the drop counters were not read in the quiet gaps around it (%v to %v and %v to %v from its boundaries); not checked",
+				n, r0.start, r0.end, r1.start, r1.end)
 			continue
 		}
 		checked = append(checked, n)
