@@ -276,6 +276,9 @@ func TestLabAnalyticsLossPerCluster(t *testing.T) {
 			continue
 		}
 		checked = append(checked, n)
+		if len(byPeriod[n]) != len(clusters) {
+			t.Errorf("period %d: %d rows from loss, want one per cluster and e2e (%d)", n, len(byPeriod[n]), len(clusters))
+		}
 		drops := func(w wire) int64 { return int64(r1.drops[w] - r0.drops[w]) }
 		var total, others, routerLoss, e2e, e2eIn int64
 		got := map[wire]int64{}
