@@ -89,3 +89,21 @@ def test_dataset_without_samples(ds, tmp_path, capsys):
     assert capsys.readouterr().out == ""
     assert main(["loss", "-d", str(tmp_path), "-t", TOPO, "--format", "csv"]) == 0
     assert len(capsys.readouterr().out.splitlines()) > 1
+
+
+def test_json_numbers_stay_numbers(tmp_path):
+    """Integer columns with a NULL (a period a point missed) and exact Decimal sums are JSON
+    numbers, not strings."""
+    import decimal
+    import io
+    import json
+
+    import pandas as pd
+
+    from flowplane_analytics.output import emit
+
+    df = pd.DataFrame({"loss": [decimal.Decimal(5), None], "rate": [0.25, None], "n": [1, 2]})
+    out = io.StringIO()
+    emit(df, "json", stream=out)
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert rows == [{"loss": 5, "rate": 0.25, "n": 1}, {"loss": None, "rate": None, "n": 2}]
