@@ -122,9 +122,18 @@ func longFlows(addrs []string, n int, at time.Time, d time.Duration) LongResult 
 		res.Bps = append(res.Bps, float64(a-before[i])*8/d.Seconds())
 	}
 	for _, c := range conns {
-		c.Close()
+		abort(c)
 	}
 	return res
+}
+
+// abort closes c and discards what it has not sent: a plain close would leave the kernel
+// sending megabytes of orphaned buffers through the next run's bottleneck.
+func abort(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	c.Close()
 }
 
 // openRetry opens a stream, retrying while the accept queue of a 1000-flow start overflows.
@@ -155,7 +164,7 @@ func fctFlows(addrs []string, c *CDF, load, rate float64, d, drain time.Duration
 		if err != nil {
 			return fmt.Errorf("background flow: %w", err)
 		}
-		defer s.Close()
+		defer abort(s)
 		go func() {
 			buf := make([]byte, 64<<10)
 			for {
@@ -192,7 +201,7 @@ func fctFlows(addrs []string, c *CDF, load, rate float64, d, drain time.Duration
 			}
 			_ = conn.SetDeadline(start.Add(d + drain))
 			if err := rpc.Exchange(conn, f.Size, 1); err != nil {
-				conn.Close()
+				abort(conn)
 				return
 			}
 			mu.Lock()
@@ -206,6 +215,12 @@ func fctFlows(addrs []string, c *CDF, load, rate float64, d, drain time.Duration
 		}()
 	}
 	wg.Wait()
+	for _, pool := range idle {
+		close(pool)
+		for c := range pool {
+			abort(c)
+		}
+	}
 	enc := json.NewEncoder(os.Stdout)
 	mu.Lock()
 	defer mu.Unlock()

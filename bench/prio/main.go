@@ -16,6 +16,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -93,7 +94,7 @@ func main() {
 	workloads := flag.String("workloads", "websearch,datamining", "fct: CDFs under bench/prio/cdf/")
 	loads := flag.String("loads", "0.5,0.8", "fct: offered loads")
 	flag.DurationVar(&c.dur, "d", 60*time.Second, "fair: measured window per run")
-	flag.DurationVar(&c.fctDur, "fct-d", 60*time.Second, "fct: arrival period per run")
+	flag.DurationVar(&c.fctDur, "fct-d", 40*time.Second, "fct: arrival period per run")
 	rate := flag.String("rate", "100mbit", "bottleneck rate")
 	flag.IntVar(&c.leaves, "leaves", 32, "leaves per band (K)")
 	flag.IntVar(&c.limit, "limit", 64, "packets per leaf queue")
@@ -267,8 +268,12 @@ func (b *bench) policy(scheme string, thresholds []uint64) (*prio.RouterPolicy, 
 	return prio.ParseRouterPolicy(scheme+".yaml", []byte(y))
 }
 
-// withRouter runs fn with scheme's classifier and HTB tree on the bottleneck.
+// withRouter runs fn with scheme's classifier and HTB tree on the bottleneck, once the senders
+// hold no TCP socket of an earlier run.
 func (b *bench) withRouter(p *prio.RouterPolicy, rate uint64, fn func() error) error {
+	if err := b.sendersIdle(); err != nil {
+		return err
+	}
 	if err := nsrun.Do(b.l.Netns("r1"), func() error { return prio.Router(b.bneck, rate, p) }); err != nil {
 		return fmt.Errorf("prio router %s: %w", p.Scheme, err)
 	}
@@ -278,6 +283,29 @@ func (b *bench) withRouter(p *prio.RouterPolicy, rate uint64, fn func() error) e
 		}
 	}()
 	return fn()
+}
+
+// sendersIdle waits until no TCP connection is left on the senders (an earlier run's sockets in
+// FIN_WAIT or TIME_WAIT hold no data; ones with data still queued would compete).
+func (b *bench) sendersIdle() error {
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range b.senders {
+		for {
+			out, err := b.cmd(context.Background(), s, "ss", "-Htn", "state", "established", "state", "fin-wait-1", "state", "close-wait", "state", "last-ack", "state", "closing")
+			if err != nil {
+				return fmt.Errorf("ss on %s: %v: %s", s, err, out)
+			}
+			n := len(bytes.TrimSpace(out))
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s still has TCP connections with data from an earlier run:\n%s", s, out)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // gen runs the generator on node, inside the host writer's cgroup if advertise, and returns
