@@ -49,6 +49,20 @@ def test_clusters_table_and_png(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_probe_hosts(capsys):
+    """A lab's hosts are measurement points only with --probe-hosts: then each host link is a
+    cluster of its own (the demo's lossy link r1 → h2 among them)."""
+    demo = str(Path(__file__).parents[2] / "examples" / "demo.yaml")
+    for args, want in (
+        ([], ["C1", "C2", "e2e"]),
+        (["--probe-hosts"], ["C1", "C2", "C3", "C4", "C5", "C6", "e2e"]),
+    ):
+        assert main(["clusters", demo, "--format", "json", *args]) == 0
+        rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+        assert [r["cluster"] for r in rows] == want
+    assert any(r["inputs"] == "r1:eth1:out" and r["outputs"] == "h2:eth0:in" for r in rows)
+
+
 def test_loss_formats(ds, tmp_path, capsys):
     assert main(["loss", "-d", str(ds), "-t", TOPO]) == 0
     out = capsys.readouterr().out

@@ -41,7 +41,16 @@ def _out_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", "-o", help="write to FILE instead of stdout (needed for parquet)")
 
 
+def _hosts_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--probe-hosts",
+        action="store_true",
+        help="a lab topology's hosts are probed too: their links become clusters",
+    )
+
+
 def _metric_args(p: argparse.ArgumentParser, topo_required: bool = True) -> None:
+    _hosts_arg(p)
     p.add_argument(
         "--data",
         "-d",
@@ -96,6 +105,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("clusters", help="clusters of a topology (table, PNG)")
     p.add_argument("topology", help="lab topology YAML or graph file")
+    _hosts_arg(p)
     p.add_argument("--png", help="write the graph coloured by cluster to this PNG")
     p.add_argument("--super", action="append", default=[], metavar="C1+C2")
     p.add_argument(
@@ -126,6 +136,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("synth", help="write synthetic records with injected loss (demo, bench)")
     p.add_argument("topology")
+    _hosts_arg(p)
     p.add_argument("--data", "-d", required=True)
     p.add_argument("--periods", type=int, default=10)
     p.add_argument("--packets", type=int, default=2000, help="per host pair and period")
@@ -141,9 +152,9 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _network(path: str) -> topology.Network:
+def _network(path: str, probe_hosts: bool = False) -> topology.Network:
     try:
-        return topology.load(path)
+        return topology.load(path, probe_hosts=probe_hosts)
     except (topology.TopologyError, OSError) as e:
         raise UsageError(str(e)) from e
 
@@ -166,7 +177,7 @@ def _opts(a: argparse.Namespace) -> engine.Options:
 
 
 def _setup(a: argparse.Namespace) -> tuple[Any, engine.Dataset, topology.Network, list, Any, Any]:
-    net = _network(a.topology)
+    net = _network(a.topology, a.probe_hosts)
     cs = _resolve(net, a.super)
     con = engine.connect(_opts(a))
     try:
@@ -230,7 +241,7 @@ def run(argv: Sequence[str]) -> int:
             print(f"flowplane-analytics: collect: probe {r.url} failed: {r.error}", file=err)
         return 1 if bad else 0
     if a.cmd == "clusters":
-        net = _network(a.topology)
+        net = _network(a.topology, a.probe_hosts)
         if a.graph:
             print(topology.to_json(net))
             return 0
@@ -243,7 +254,7 @@ def run(argv: Sequence[str]) -> int:
             print(f"graph: {a.png}", file=err)
         return 0
     if a.cmd == "synth":
-        net = _network(a.topology)
+        net = _network(a.topology, a.probe_hosts)
         spec = synth.Spec(
             periods=a.periods,
             packets=a.packets,

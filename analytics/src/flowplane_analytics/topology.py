@@ -84,9 +84,10 @@ def lab_ifname(lab: str, iface: str) -> str:
     return f"fp{lab_tag(lab)}-{iface}"
 
 
-def load(path: str | Path) -> Network:
+def load(path: str | Path, probe_hosts: bool = False) -> Network:
     """A lab topology (has ``nodes``) or an explicit graph file (has ``links`` of MP ids, YAML or
-    JSON; or GraphML)."""
+    JSON; or GraphML). probe_hosts: a lab's hosts are probed too (their links become
+    clusters)."""
     path = Path(path)
     if path.suffix.lower() == ".graphml":
         g = nx.read_graphml(path)
@@ -98,7 +99,7 @@ def load(path: str | Path) -> Network:
     if not isinstance(doc, dict):
         raise TopologyError(f"{path}: want a mapping with nodes/links (lab) or links (graph)")
     if "nodes" in doc:
-        return lab_network(doc, default_name=path.stem)
+        return lab_network(doc, default_name=path.stem, probe_hosts=probe_hosts)
     if "links" in doc:
         links = []
         for i, link in enumerate(doc["links"]):
