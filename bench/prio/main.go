@@ -77,6 +77,7 @@ type config struct {
 	fifoLimit int
 	bg        int
 	capBytes  float64
+	offload   bool
 }
 
 func main() {
@@ -101,6 +102,7 @@ func main() {
 	flag.IntVar(&c.fifoLimit, "fifo-limit", 2048, "packets in fifo's one queue (K × limit: the same total as one band of the others)")
 	flag.IntVar(&c.bg, "bg", 2, "fct: long-lived background flows per sender")
 	flag.Float64Var(&c.capBytes, "cap", 30e6, "fct: largest flow size, bytes")
+	flag.BoolVar(&c.offload, "offload", false, "leave the senders' TSO/GSO on (for the cost experiment: a host's defaults)")
 	flag.Parse()
 	c.exps, c.schemes, c.workloads = split(*exps), split(*schemes), split(*workloads)
 	for _, s := range split(*flows) {
@@ -194,6 +196,9 @@ func run(ctx context.Context, c config) error {
 	// Senders hand MTU-sized segments to the bottleneck, as the original's hosts did: with TSO
 	// and GSO a veth passes 64 KB aggregates that HTB would schedule as one packet.
 	for _, s := range b.senders {
+		if c.offload {
+			break
+		}
 		dev := b.l.IfName(top.Node(s).Ifaces[0])
 		if out, err := b.cmd(ctx, s, "ethtool", "-K", dev, "tso", "off", "gso", "off"); err != nil {
 			return fmt.Errorf("ethtool on %s: %v: %s", s, err, out)
