@@ -55,14 +55,14 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tp, ts, tdata, err := throughput(ctx)
+	tables, tdata, err := throughput(ctx)
 	if err != nil {
 		return err
 	}
 	for k, v := range tdata {
 		data[k] = v
 	}
-	return report.Save(report.Result{Name: "altmark", Tables: []*report.Table{ns, tp, ts}, Data: data})
+	return report.Save(report.Result{Name: "altmark", Tables: append([]*report.Table{ns}, tables...), Data: data})
 }
 
 // emptyTCX is the baseline: a tcx program that returns TCX_NEXT.
@@ -166,18 +166,18 @@ func frameHash() uint32 {
 
 // throughput runs iperf3 TCP h1 → h2 through r1 without and with the probe on both directions
 // of both of r1's interfaces, interleaved, and reports medians and their ratio; then the
-// timestamp agreement on one veth (timestamps).
-func throughput(ctx context.Context) (*report.Table, *report.Table, map[string]any, error) {
+// timestamp agreement on one veth (timestamps) and 64-byte frames (packets64).
+func throughput(ctx context.Context) ([]*report.Table, map[string]any, error) {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	name := "am" + hex.EncodeToString(b)
 	top, err := lab.Parse("bench-altmark.yaml", []byte(lab.HostRouterHost), name)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	l, err := lab.Up("bench-altmark.yaml", []byte(lab.HostRouterHost), top)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("lab up: %w", err)
+		return nil, nil, fmt.Errorf("lab up: %w", err)
 	}
 	defer func() {
 		if err := lab.Down(name); err != nil {
@@ -186,11 +186,11 @@ func throughput(ctx context.Context) (*report.Table, *report.Table, map[string]a
 	}()
 	r1, err := l.Node("r1")
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	h2, err := l.Node("h2")
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	var points []altmark.Point
 	for _, i := range r1.Ifaces {
@@ -209,7 +209,7 @@ func throughput(ctx context.Context) (*report.Table, *report.Table, map[string]a
 					p, err = altmark.OpenProbe(spec)
 					return err
 				}); err != nil {
-					return nil, nil, nil, err
+					return nil, nil, err
 				}
 			}
 			res, err := l.Iperf(ctx, "h1", "h2", dst, "-t", fmt.Sprint(duration.Seconds()))
@@ -223,7 +223,7 @@ func throughput(ctx context.Context) (*report.Table, *report.Table, map[string]a
 				p.Close()
 			}
 			if err != nil {
-				return nil, nil, nil, err
+				return nil, nil, err
 			}
 			if probed {
 				with = append(with, res.ReceivedBPS/1e9)
@@ -240,9 +240,17 @@ func throughput(ctx context.Context) (*report.Table, *report.Table, map[string]a
 	t.Notes = append(t.Notes, fmt.Sprintf("%d interleaved rounds of %v; veths with GSO/GRO as the lab sets them (a GSO packet is one probe run; it counts gso_segs packets). The probe counted %d packets over the probed rounds.", *rounds, *duration, counted))
 	ts, delays, err := timestamps(ctx, l)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return t, ts, map[string]any{"gbps_without": without, "gbps_with": with, "packets_counted": counted, "veth_delays_ns": delays}, nil
+	p64, pdata, err := packets64(ctx, l, spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("64-byte frames: %w", err)
+	}
+	data := map[string]any{"gbps_without": without, "gbps_with": with, "packets_counted": counted, "veth_delays_ns": delays}
+	for k, v := range pdata {
+		data[k] = v
+	}
+	return []*report.Table{t, ts, p64}, data, nil
 }
 
 // timestamps probes both ends of h1's veth to r1 (h1 egress, r1 ingress), sends 2,000 pings
