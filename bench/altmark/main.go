@@ -198,39 +198,21 @@ func throughput(ctx context.Context) ([]*report.Table, map[string]any, error) {
 	}
 	spec := altmark.ProbeSpec{Points: points, PeriodNs: int64(time.Second), Carrier: "dscp", DSCPBits: [2]uint8{0, 1}, HashBits: 8, NMax: 1000}
 	dst := h2.Ifaces[0].IPv4.Addr().String()
-	var without, with []float64
 	var counted int64
-	for r := 0; r < *rounds; r++ {
-		for _, probed := range []bool{false, true} {
-			var p altmark.Datapath
-			if probed {
-				if err := nsrun.Do(l.Netns("r1"), func() error {
-					var err error
-					p, err = altmark.OpenProbe(spec)
-					return err
-				}); err != nil {
-					return nil, nil, err
+	without, with, err := interleaved(l, spec, func(p altmark.Datapath) (float64, error) {
+		res, err := l.Iperf(ctx, "h1", "h2", dst, "-t", fmt.Sprint(duration.Seconds()))
+		if p != nil {
+			for n := int64(0); n < 2; n++ {
+				cs, _, _ := p.Read(n)
+				for _, c := range cs {
+					counted += c.Packets
 				}
-			}
-			res, err := l.Iperf(ctx, "h1", "h2", dst, "-t", fmt.Sprint(duration.Seconds()))
-			if p != nil {
-				for n := int64(0); n < 2; n++ {
-					cs, _, _ := p.Read(n)
-					for _, c := range cs {
-						counted += c.Packets
-					}
-				}
-				p.Close()
-			}
-			if err != nil {
-				return nil, nil, err
-			}
-			if probed {
-				with = append(with, res.ReceivedBPS/1e9)
-			} else {
-				without = append(without, res.ReceivedBPS/1e9)
 			}
 		}
+		return res.ReceivedBPS / 1e9, err
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	wo, wi := report.Median(without), report.Median(with)
 	t := &report.Table{Title: "altmark probe: TCP throughput through r1 (iperf3, 1 flow)",

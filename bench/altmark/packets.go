@@ -96,7 +96,23 @@ func packets64(ctx context.Context, l *lab.Lab, spec altmark.ProbeSpec) (*report
 		}
 		return float64(c1-c0) / secs, nil
 	}
-	var without, with []float64
+	without, with, err := interleaved(l, spec, func(altmark.Datapath) (float64, error) { return measure() })
+	if err != nil {
+		return nil, nil, err
+	}
+	wo, wi := report.Median(without), report.Median(with)
+	t := &report.Table{Title: "altmark probe: 64-byte frames forwarded by r1 (xdpgen h1 → h2, one flow)",
+		Columns: []string{"r1", "Mpackets/s (median)", "Gbit/s at 64 B", "ratio"}}
+	t.Add("no probe", wo/1e6, wo*64*8/1e9, 1.0)
+	t.Add("probe on both interfaces, in and out", wi/1e6, wi*64*8/1e9, wi/wo)
+	t.Notes = append(t.Notes, fmt.Sprintf("%d interleaved rounds; received at h2's XDP sink over %v in the middle of %v at the generator's full speed. Kernel forwarding on r1 runs on the generator's CPU: this is packets/s per core.", *rounds, window64, send64))
+	return t, map[string]any{"pps_64b_without": without, "pps_64b_with": with}, nil
+}
+
+// interleaved runs measure *rounds times without and with the probe on r1 (spec), alternating,
+// and returns both series; measure gets the open probe (nil without) to read it before it
+// closes.
+func interleaved(l *lab.Lab, spec altmark.ProbeSpec, measure func(altmark.Datapath) (float64, error)) (without, with []float64, err error) {
 	for r := 0; r < *rounds; r++ {
 		for _, probed := range []bool{false, true} {
 			var p altmark.Datapath
@@ -109,7 +125,7 @@ func packets64(ctx context.Context, l *lab.Lab, spec altmark.ProbeSpec) (*report
 					return nil, nil, err
 				}
 			}
-			pps, err := measure()
+			v, err := measure(p)
 			if p != nil {
 				p.Close()
 			}
@@ -117,17 +133,11 @@ func packets64(ctx context.Context, l *lab.Lab, spec altmark.ProbeSpec) (*report
 				return nil, nil, err
 			}
 			if probed {
-				with = append(with, pps)
+				with = append(with, v)
 			} else {
-				without = append(without, pps)
+				without = append(without, v)
 			}
 		}
 	}
-	wo, wi := report.Median(without), report.Median(with)
-	t := &report.Table{Title: "altmark probe: 64-byte frames forwarded by r1 (xdpgen h1 → h2, one flow)",
-		Columns: []string{"r1", "Mpackets/s (median)", "Gbit/s at 64 B", "ratio"}}
-	t.Add("no probe", wo/1e6, wo*64*8/1e9, 1.0)
-	t.Add("probe on both interfaces, in and out", wi/1e6, wi*64*8/1e9, wi/wo)
-	t.Notes = append(t.Notes, fmt.Sprintf("%d interleaved rounds; received at h2's XDP sink over %v in the middle of %v at the generator's full speed. Kernel forwarding on r1 runs on the generator's CPU: this is packets/s per core.", *rounds, window64, send64))
-	return t, map[string]any{"pps_64b_without": without, "pps_64b_with": with}, nil
+	return without, with, nil
 }

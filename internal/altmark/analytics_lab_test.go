@@ -697,38 +697,12 @@ func sendFlow(t *testing.T, l *lab.Lab, src, dst string, quiet time.Duration, st
 				return err
 			}
 			defer c.Close()
-			raw, err := c.(*net.UDPConn).SyscallConn()
-			if err != nil {
-				return err
-			}
-			L := int64(labPeriod)
-			cur := -1
-			buf := make([]byte, 200)
-			for seq := uint64(0); ; seq++ {
-				select {
-				case <-stop:
-					return nil
-				default:
+			return sendLoop(c, src, time.Millisecond, quiet, stop, func(fd, color int) error {
+				if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, color<<2); err != nil {
+					return fmt.Errorf("color the socket: %w", err)
 				}
-				now := tai()
-				if phase := now % L; phase < int64(quiet) || phase > L-int64(quiet) {
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				if color := int((now / L) & 1); color != cur {
-					cur = color
-					var serr error
-					if err := raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TOS, color<<2) }); err != nil {
-						return err
-					}
-					if serr != nil {
-						return fmt.Errorf("color the socket: %w", serr)
-					}
-				}
-				copy(buf, fmt.Sprintf("%s seq %d", src, seq)) // distinct payloads: distinct hashes
-				_, _ = c.Write(buf)
-				time.Sleep(time.Millisecond)
-			}
+				return nil
+			})
 		})
 		if err != nil {
 			t.Errorf("sender %s -> %s: %v", src, dst, err)

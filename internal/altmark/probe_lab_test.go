@@ -174,45 +174,57 @@ func sendColored(t *testing.T, pl *pathLab, mode string, quiet time.Duration, st
 				return err
 			}
 			defer c.Close()
-			raw, err := c.(*net.UDPConn).SyscallConn()
-			if err != nil {
-				return err
-			}
-			L := int64(labPeriod)
-			cur := -1
-			buf := make([]byte, 200)
-			for seq := uint64(0); ; seq++ {
-				select {
-				case <-stop:
-					return nil
-				default:
+			return sendLoop(c, "", 500*time.Microsecond, quiet, stop, func(fd, color int) error {
+				if err := setColor(fd, color); err != nil {
+					return fmt.Errorf("color the socket (%s): %w", mode, err)
 				}
-				now := tai()
-				phase := now % L
-				if phase < int64(quiet) || phase > L-int64(quiet) {
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				if color := int((now / L) & 1); color != cur {
-					cur = color
-					var serr error
-					if err := raw.Control(func(fd uintptr) { serr = setColor(int(fd), color) }); err != nil {
-						return err
-					}
-					if serr != nil {
-						return fmt.Errorf("color the socket (%s): %w", mode, serr)
-					}
-				}
-				copy(buf, fmt.Sprintf("seq %d", seq)) // distinct payloads: distinct hashes
-				_, _ = c.Write(buf)
-				time.Sleep(500 * time.Microsecond)
-			}
+				return nil
+			})
 		})
 		if err != nil {
 			t.Errorf("sender: %v", err)
 		}
 	}()
 	return &wg
+}
+
+// sendLoop writes datagrams on c every gap until stop, each with a distinct payload (a sequence
+// number, then tag: distinct hashes), none within quiet of a period boundary; setColor colors the
+// socket whenever the period's color changes.
+func sendLoop(c net.Conn, tag string, gap, quiet time.Duration, stop <-chan struct{}, setColor func(fd, color int) error) error {
+	raw, err := c.(*net.UDPConn).SyscallConn()
+	if err != nil {
+		return err
+	}
+	L := int64(labPeriod)
+	cur := -1
+	buf := make([]byte, 200)
+	for seq := uint64(0); ; seq++ {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		now := tai()
+		if phase := now % L; phase < int64(quiet) || phase > L-int64(quiet) {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if color := int((now / L) & 1); color != cur {
+			cur = color
+			var serr error
+			if err := raw.Control(func(fd uintptr) { serr = setColor(int(fd), color) }); err != nil {
+				return err
+			}
+			if serr != nil {
+				return serr
+			}
+		}
+		// The sequence number first: the hash covers only the payload's first 8 bytes.
+		copy(buf, fmt.Sprintf("%d %s", seq, tag))
+		_, _ = c.Write(buf)
+		time.Sleep(gap)
+	}
 }
 
 const labFlowMon = 0xabcde
