@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/flowplane/flowplane/bench/report"
+	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/prio"
 )
 
 // fairness is experiment 1, the original experiment scaled: N long-lived flows, half from each
@@ -20,9 +22,10 @@ func (b *bench) fairness(ctx context.Context) error {
 	for _, n := range b.c.flows {
 		t := &report.Table{
 			Title:   fmt.Sprintf("Fairness: %d long-lived flows, %s bottleneck, %s window", n, fmtRate(b.c.rate), b.c.dur),
-			Columns: []string{"scheme", "mean Mbit/s", "std Mbit/s", "std / fair", "Jain", "utilization", "utilization / fair", "flows measured"},
+			Columns: []string{"scheme", "mean Mbit/s", "std Mbit/s", "std / fair", "Jain", "utilization", "utilization / fair", "band changes / flow / s", "flows measured"},
 		}
 		perScheme := map[string][]float64{}
+		flips := map[string]float64{} // band changes per flow per second
 		for _, scheme := range b.c.schemes {
 			p, err := b.policy(scheme, nil)
 			if err != nil {
@@ -51,7 +54,24 @@ func (b *bench) fairness(ctx context.Context) error {
 					bps = append(bps, r.Bps...)
 					failed += r.Failed
 				}
-				return nil
+				// How often flows changed band (each change can reorder a flow's packets
+				// between two queues): the flows' counters on r1, over warm-up and window.
+				return nsrun.Do(b.l.Netns("r1"), func() error {
+					st, err := prio.ReadStatus()
+					if err != nil || len(st.Routers) == 0 {
+						return fmt.Errorf("prio status on r1: %v", err)
+					}
+					var n, changes float64
+					for _, f := range st.Routers[0].Flows {
+						if f.Proto == 6 && f.Bytes > 0 {
+							n, changes = n+1, changes+float64(f.BandChanges)
+						}
+					}
+					if n > 0 {
+						flips[scheme] = changes / n / (warm + b.c.dur).Seconds()
+					}
+					return nil
+				})
 			})
 			if err != nil {
 				return err
@@ -65,7 +85,7 @@ func (b *bench) fairness(ctx context.Context) error {
 		for _, scheme := range b.c.schemes {
 			s := summarize(perScheme[scheme])
 			util := s.sum / float64(b.c.rate)
-			t.Add(scheme, s.mean/1e6, s.std/1e6, ratio(s.std, fair.std), s.jain, util, ratio(s.sum, fair.sum), len(perScheme[scheme]))
+			t.Add(scheme, s.mean/1e6, s.std/1e6, ratio(s.std, fair.std), s.jain, util, ratio(s.sum, fair.sum), flips[scheme], len(perScheme[scheme]))
 		}
 		t.Notes = append(t.Notes, "Goodput: bytes acknowledged (TCP_INFO) over the window, after "+warm.String()+" of warm-up. Ratios against fair of the same run; — where fair did not run.")
 		b.table(t)

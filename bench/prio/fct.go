@@ -33,7 +33,7 @@ func (b *bench) fct(ctx context.Context) error {
 					"flows done", "unfinished"},
 			}
 			flows := map[string][]Flow{}
-			for _, scheme := range b.c.schemes {
+			for _, scheme := range b.c.fctSchemes {
 				p, err := b.policy(scheme, pias)
 				if err != nil {
 					return err
@@ -67,7 +67,7 @@ func (b *bench) fct(ctx context.Context) error {
 				}
 			}
 			base := classes(flows["fifo"])
-			for _, scheme := range b.c.schemes {
+			for _, scheme := range b.c.fctSchemes {
 				c := classes(flows[scheme])
 				done, unfinished := 0, 0
 				for _, f := range flows[scheme] {
@@ -94,7 +94,7 @@ func (b *bench) fct(ctx context.Context) error {
 					}
 				}
 			}
-			if err := plotCDFs(b.out, fmt.Sprintf("fct-%s-%g.png", w, load*100), fmt.Sprintf("Small-flow FCT, %s, load %g%%", w, load*100), "ms", small, b.c.schemes, 1); err != nil {
+			if err := plotCDFs(b.out, fmt.Sprintf("fct-%s-%g.png", w, load*100), fmt.Sprintf("Small-flow FCT, %s, load %g%%", w, load*100), "ms", small, b.c.fctSchemes, 1); err != nil {
 				return err
 			}
 		}

@@ -64,20 +64,21 @@ links:
 const sinkPort = 5500
 
 type config struct {
-	exps      []string
-	schemes   []string
-	flows     []int
-	workloads []string
-	loads     []float64
-	dur       time.Duration
-	fctDur    time.Duration
-	rate      uint64
-	leaves    int
-	limit     int
-	fifoLimit int
-	bg        int
-	capBytes  float64
-	offload   bool
+	exps       []string
+	schemes    []string // fairness and cost
+	fctSchemes []string
+	flows      []int
+	workloads  []string
+	loads      []float64
+	dur        time.Duration
+	fctDur     time.Duration
+	rate       uint64
+	leaves     int
+	limit      int
+	fifoLimit  int
+	bg         int
+	capBytes   float64
+	offload    bool
 }
 
 func main() {
@@ -90,7 +91,8 @@ func main() {
 	}
 	var c config
 	exps := flag.String("exp", "fair,fct,cost", "experiments: fair, fct, cost")
-	schemes := flag.String("schemes", "fifo,fair,occupancy,backlog,pias", "schemes compared")
+	schemes := flag.String("schemes", "fifo,fair,occupancy,occupancy-strict,backlog,pias", "fair and cost: schemes compared (occupancy-strict: the original's strict priority between bands)")
+	fctSchemes := flag.String("fct-schemes", "fifo,fair,occupancy,backlog,pias", "fct: schemes compared")
 	flows := flag.String("flows", "20,200,1000", "fair: numbers of long-lived flows")
 	workloads := flag.String("workloads", "websearch,datamining", "fct: CDFs under bench/prio/cdf/")
 	loads := flag.String("loads", "0.5,0.8", "fct: offered loads")
@@ -104,7 +106,7 @@ func main() {
 	flag.Float64Var(&c.capBytes, "cap", 30e6, "fct: largest flow size, bytes")
 	flag.BoolVar(&c.offload, "offload", false, "leave the senders' TSO/GSO on (for the cost experiment: a host's defaults)")
 	flag.Parse()
-	c.exps, c.schemes, c.workloads = split(*exps), split(*schemes), split(*workloads)
+	c.exps, c.schemes, c.fctSchemes, c.workloads = split(*exps), split(*schemes), split(*fctSchemes), split(*workloads)
 	for _, s := range split(*flows) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
@@ -256,13 +258,18 @@ func (b *bench) hostWriter() error {
 }
 
 // policy is the router policy of a scheme, as a user would write it; thresholds are pias's
-// (derived from the workload); the other schemes keep their defaults.
-func (b *bench) policy(scheme string, thresholds []uint64) (*prio.RouterPolicy, error) {
+// (derived from the workload); the other schemes keep their defaults. occupancy-strict is the
+// original scheme as it was: strict priority between bands, a flow moves at every change.
+func (b *bench) policy(name string, thresholds []uint64) (*prio.RouterPolicy, error) {
 	limit := b.c.limit
-	if scheme == "fifo" {
+	if name == "fifo" {
 		limit = b.c.fifoLimit
 	}
+	scheme, variant, _ := strings.Cut(name, "-")
 	y := fmt.Sprintf("scheme: %s\nleaves: %d\nlimit: %d\ntrust: [198.18.0.0/15]\n", scheme, b.c.leaves, limit)
+	if variant == "strict" {
+		y += "service: strict\nband_change_interval: 10ms\n"
+	}
 	if len(thresholds) > 0 && scheme == "pias" {
 		var ts []string
 		for _, t := range thresholds {
@@ -270,7 +277,7 @@ func (b *bench) policy(scheme string, thresholds []uint64) (*prio.RouterPolicy, 
 		}
 		y += "thresholds: [" + strings.Join(ts, ", ") + "]\n"
 	}
-	return prio.ParseRouterPolicy(scheme+".yaml", []byte(y))
+	return prio.ParseRouterPolicy(name+".yaml", []byte(y))
 }
 
 // withRouter runs fn with scheme's classifier and HTB tree on the bottleneck, once the senders

@@ -324,6 +324,12 @@ int prio_classify(struct __sk_buff *skb)
 		target = band; /* a segment without the option keeps the flow where it is */
 	} else {
 		target = band_of(&in, f->bytes, trusted);
+		/* Occupancy is noisy from segment to segment: an informed flow moves only to a
+		 * band two deciles away, so it does not flip between neighbours (each flip can
+		 * reorder its packets between two queues). */
+		if (scheme == PRIO_SCHEME_OCCUPANCY && informed && target != default_band &&
+		    band != default_band && target + 1 >= band && target <= band + 1)
+			target = band;
 	}
 	if (target != band) {
 		/* A flow's first information moves it at once: only its handshake went through

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* host.bpf.c: advertises a TCP connection's send backlog in its data segments. A sock_ops
  * program on a cgroup v2: a connection that a selector takes (remote/local prefix, port ranges,
- * direction) turns on the header-option callbacks when it is established; then every segment
- * that carries data (and the MSS computation, so segments stay within the MTU) reserves 8 bytes,
+ * direction) turns on the header-option callbacks, an active opener before its SYN, a passive one
+ * when it is established; then its SYN and every segment that carries data (and the MSS
+ * computation, so segments stay within the MTU) reserve 8 bytes,
  * and the write callback fills them with the RFC 6994 option of prio.h: unsent bytes
  * (write_seq - snd_nxt, the segment itself included) and the share of the send buffer they
- * occupy (near 100 %: the writer is blocked behind data the network does not take). Pure ACKs
- * carry nothing. Always returns 1: it never refuses what another program on the cgroup allows. */
+ * occupy (near 100 %: the writer is blocked behind data the network does not take). The SYN
+ * carries it so a router knows the flow from its first packet (a new connection's handshake
+ * must not wait in the default band); pure ACKs carry nothing. Always returns 1: it never refuses what another program on the cgroup allows. */
 #include "common.h"
 #include "stats.h"
 #include "prio.h"
+
+#define TCPHDR_SYN 0x02 /* skb_tcp_flags bit, include/net/tcp.h */
 
 /* Number of valid entries in prio_selectors, set by the loader. */
 volatile const __u32 nselectors = 0;
@@ -107,7 +111,7 @@ static __always_inline void advertise(struct bpf_sock_ops *skops)
 	struct tcphdr *th = skops->skb_data;
 
 	/* The segment's TCP header is in [skb_data, skb_data_end); skb_len counts it too. */
-	if ((void *)(th + 1) > skops->skb_data_end || skops->skb_len <= th->doff * 4)
+	if ((void *)(th + 1) > skops->skb_data_end || (skops->skb_len <= th->doff * 4 && !th->syn))
 		return; /* a pure ACK: nothing was reserved */
 	if (!sk)
 		return;
@@ -151,7 +155,7 @@ int prio_host(struct bpf_sock_ops *skops)
 	__u8 dir = 0;
 
 	switch (skops->op) {
-	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+	case BPF_SOCK_OPS_TCP_CONNECT_CB: /* before the SYN is built */
 		dir = PRIO_DIR_ACTIVE;
 		break;
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
@@ -159,8 +163,9 @@ int prio_host(struct bpf_sock_ops *skops)
 		break;
 	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
 		/* Reserve when the kernel sizes the MSS too (no skb then), or data segments would
-		 * outgrow it. A pure ACK (no payload) gets nothing. */
-		if (!(skops->args[0] & BPF_WRITE_HDR_TCP_CURRENT_MSS) && skops->skb_len == 0)
+		 * outgrow it. A pure ACK (no payload, no SYN) gets nothing. */
+		if (!(skops->args[0] & BPF_WRITE_HDR_TCP_CURRENT_MSS) && skops->skb_len == 0 &&
+		    !(skops->skb_tcp_flags & TCPHDR_SYN))
 			return 1;
 		if (bpf_reserve_hdr_opt(skops, PRIO_OPT_LEN, 0) != 0 &&
 		    !(skops->args[0] & BPF_WRITE_HDR_TCP_CURRENT_MSS))

@@ -85,11 +85,11 @@ func TestLabAdvertiseAndClassify(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A capture on h2 of the first data segments of the transfer.
+	// A capture on h2 of the handshakes and first segments of the transfer.
 	pcap := filepath.Join(t.TempDir(), "h2.pcap")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dump, err := l.Command(ctx, "h2", "tcpdump", "-i", "any", "-U", "-c", "200", "-s", "128", "-w", pcap, "tcp port 5301 and greater 200")
+	dump, err := l.Command(ctx, "h2", "tcpdump", "-i", "any", "-U", "-c", "300", "-s", "128", "-w", pcap, "tcp port 5301")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,8 @@ func TestLabAdvertiseAndClassify(t *testing.T) {
 		t.Fatalf("tcpdump: %v", err)
 	}
 
-	// On the wire: data segments from h1 carry kind 253 with our ExID, and its value decodes.
+	// On the wire: SYNs and data segments from h1 carry kind 253 with our ExID, its value
+	// decodes, and pure ACKs carry nothing.
 	f, err := os.Open(pcap)
 	if err != nil {
 		t.Fatal(err)
@@ -141,29 +142,42 @@ func TestLabAdvertiseAndClassify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var data, with int
+	var data, with, syns, synsWith, acksWith int
 	var maxBacklog uint32
 	src := gopacket.NewPacketSource(r, r.LinkType())
 	for p := range src.Packets() {
 		tcp, _ := p.Layer(layers.LayerTypeTCP).(*layers.TCP)
 		ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
-		if tcp == nil || ip == nil || ip.DstIP.String() != h2 || len(tcp.Payload) == 0 {
+		if tcp == nil || ip == nil || ip.DstIP.String() != h2 {
 			continue
 		}
-		data++
+		carries := false
 		for _, o := range tcp.Options {
 			if o.OptionType != 253 {
 				continue
 			}
 			raw := append([]byte{253, o.OptionLength}, o.OptionData...)
 			if opt, ok := Decode(raw); ok {
-				with++
+				carries = true
 				maxBacklog = max(maxBacklog, opt.Backlog)
 			}
+		}
+		switch {
+		case tcp.SYN:
+			syns++
+			synsWith += b2i(carries)
+		case len(tcp.Payload) > 0:
+			data++
+			with += b2i(carries)
+		default:
+			acksWith += b2i(carries)
 		}
 	}
 	if data == 0 || with != data {
 		t.Errorf("%d of %d data segments from h1 carry the option", with, data)
+	}
+	if syns == 0 || synsWith != syns || acksWith != 0 {
+		t.Errorf("%d of %d SYNs from h1 carry the option (want all), %d pure ACKs do (want 0)", synsWith, syns, acksWith)
 	}
 	if maxBacklog == 0 {
 		t.Error("every advertised backlog was 0 during a bulk transfer")
@@ -247,4 +261,11 @@ func statusIn(t *testing.T, l *lab.Lab) *Status {
 		t.Fatalf("%d routers in r1's status, want 1", len(st.Routers))
 	}
 	return st
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -50,10 +50,15 @@ type RouterPolicy struct {
 	Thresholds     []uint64       // backlog / pias band edges, bytes, ascending
 	Limit          int            // packets per leaf queue
 	IdleReset      time.Duration  // pias: a flow idle this long starts over in band 0 (0: never)
+	Weighted       bool           // bands share the link by weight instead of strict priority
 }
 
 // Defaults of the router policy.
 var (
+	// occupancyChangeInterval: occupancy changes with every segment; at one move per flow
+	// per 5 s the reordering a move causes stops costing throughput (docs/prio.md).
+	occupancyChangeInterval = 5 * time.Second
+
 	// A bulk flow's advertised backlog saturates at its send buffer (hundreds of KB to
 	// tcp_wmem's 4 MB as autotuning grows it), so an edge near that size would split bulk
 	// flows by buffer, not by what is left to send, and strict priority between those bands
@@ -130,7 +135,7 @@ func ParseHostPolicy(file string, data []byte) (*HostPolicy, error) {
 	return p, nil
 }
 
-var routerKeys = []string{"scheme", "leaves", "trust", "max_claim", "min_rate", "band_change_interval", "thresholds", "limit", "idle_reset"}
+var routerKeys = []string{"scheme", "leaves", "trust", "max_claim", "min_rate", "band_change_interval", "thresholds", "limit", "idle_reset", "service"}
 
 // LoadRouterPolicy reads and checks a router policy file.
 func LoadRouterPolicy(file string) (*RouterPolicy, error) {
@@ -199,6 +204,16 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 				}
 				p.MinRate = pct / 100
 			}
+		case "service":
+			if s, ok := el.Scalar(v, key); ok {
+				switch s {
+				case "strict":
+				case "weighted":
+					p.Weighted = true
+				default:
+					el.Add(v.Line, key, "%q is not a band service; use strict or weighted", s)
+				}
+			}
 		case "band_change_interval":
 			duration(v, key, &p.ChangeInterval, "10ms (0 lets flows move at every packet)")
 		case "idle_reset":
@@ -233,6 +248,16 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 	switch p.Scheme {
 	case FIFO:
 		p.Leaves = 1
+	case Occupancy:
+		// Strict priority between deciles gives the link to whichever flow reads fullest,
+		// and a flow that moves at every segment reorders its packets between queues; both
+		// cost the original scheme its fairness and throughput (measured: docs/prio.md).
+		if !config.HasKey(root, "service") {
+			p.Weighted = true
+		}
+		if !config.HasKey(root, "band_change_interval") {
+			p.ChangeInterval = occupancyChangeInterval
+		}
 	case Backlog:
 		if p.Thresholds == nil {
 			p.Thresholds = defaultBacklogThresholds
@@ -249,7 +274,7 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 	if p.MaxClaim >= p.Bands() {
 		problems = append(problems, fmt.Sprintf("max_claim: %d is past the last band (%d bands)", p.MaxClaim, p.Bands()))
 	}
-	if p.Scheme != FIFO && p.Scheme != Fair && p.MinRate*float64(p.Bands()) > 1 {
+	if p.Scheme != FIFO && p.Scheme != Fair && !p.Weighted && p.MinRate*float64(p.Bands()) > 1 {
 		problems = append(problems, fmt.Sprintf("min_rate: %d bands × %g%% is more than the link", p.Bands(), p.MinRate*100))
 	}
 	if len(problems) > 0 {

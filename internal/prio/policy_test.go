@@ -31,7 +31,8 @@ func TestRouterPolicyErrors(t *testing.T) {
 		{"scheme: pias\nthresholds: []\n", "p.yaml:2: thresholds: must be a list of 1 to 8 sizes"},
 		{"scheme: backlog\n", "trust: missing"},
 		{"scheme: pias\nmax_claim: 4\n", "max_claim: 4 is past the last band (4 bands)"},
-		{"scheme: occupancy\ntrust: [198.18.0.0/15]\nmin_rate: 10%\n", "min_rate: 11 bands × 10% is more than the link"},
+		{"scheme: occupancy\ntrust: [198.18.0.0/15]\nservice: strict\nmin_rate: 10%\n", "min_rate: 11 bands × 10% is more than the link"},
+		{"scheme: backlog\ntrust: [198.18.0.0/15]\nservice: fast\n", `p.yaml:3: service: "fast" is not a band service; use strict or weighted`},
 		{"scheme: pias\nidle_reset: soon\n", `p.yaml:2: idle_reset: "soon" is not a duration`},
 		{"scheme: fair\nband_change_interval: -1s\n", `p.yaml:2: band_change_interval: "-1s" is not a duration`},
 		{"scheme: fair\ntrust: [10.0.0.0/33]\n", "p.yaml:2: trust"},
@@ -48,6 +49,20 @@ func TestRouterPolicyErrors(t *testing.T) {
 	if p.Leaves != 16 || p.Limit != 100 || p.MinRate != 0.01 || p.ChangeInterval != 10*time.Millisecond ||
 		p.IdleReset != 100*time.Millisecond || len(p.Thresholds) != 3 || p.Bands() != 4 || p.DefaultBand() != 0 {
 		t.Errorf("defaults: %+v", p)
+	}
+	// occupancy: weighted bands and one move per 2 s unless the policy says otherwise.
+	for yaml, want := range map[string]RouterPolicy{
+		"":                             {Weighted: true, ChangeInterval: 5 * time.Second},
+		"service: strict\n":            {Weighted: false, ChangeInterval: 5 * time.Second},
+		"band_change_interval: 10ms\n": {Weighted: true, ChangeInterval: 10 * time.Millisecond},
+	} {
+		p, err := ParseRouterPolicy("p.yaml", []byte("scheme: occupancy\ntrust: [198.18.0.0/15]\n"+yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Weighted != want.Weighted || p.ChangeInterval != want.ChangeInterval {
+			t.Errorf("occupancy with %q: weighted %v, interval %v; want %v, %v", yaml, p.Weighted, p.ChangeInterval, want.Weighted, want.ChangeInterval)
+		}
 	}
 }
 

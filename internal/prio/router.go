@@ -188,11 +188,20 @@ func buildHTB(l netlink.Link, rate uint64, p *RouterPolicy) error {
 	}
 	var batch bytes.Buffer
 	for b := range bands {
+		prio, quantum := uint32(min(b, 7)), uint32(1514)
+		if p.Weighted {
+			// Weighted: every band at one HTB priority, band b guaranteed and served (DRR
+			// quantum) in proportion to bands-b, so the best band gets the most but none
+			// takes the whole link.
+			w := uint64(bands - b)
+			bandRate = rate * w / uint64(bands*(bands+1)/2)
+			prio, quantum = 0, uint32(1514*w)
+		}
 		for leaf := range p.Leaves {
 			leafRate := max(bandRate/uint64(p.Leaves), 8000)
 			id := ClassID(Major, b, leaf)
 			c := netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: idx, Parent: netlink.MakeHandle(Major, 1), Handle: id},
-				netlink.HtbClassAttrs{Rate: leafRate, Ceil: rate, Buffer: burst(leafRate), Cbuffer: burst(rate), Quantum: 1514, Prio: uint32(min(b, 7))})
+				netlink.HtbClassAttrs{Rate: leafRate, Ceil: rate, Buffer: burst(leafRate), Cbuffer: burst(rate), Quantum: quantum, Prio: prio})
 			if err := netlink.ClassAdd(c); err != nil {
 				return fmt.Errorf("add htb class %x:%x: %w", Major, id&0xffff, err)
 			}
