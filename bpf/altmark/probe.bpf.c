@@ -30,8 +30,20 @@ volatile const __u32 proto_mask[8] = {};     /* bit p: protocol p is counted */
 volatile const __u32 backbone = 0;	     /* 1: look up am_backbone */
 volatile const __u64 period_ns = 1000000000; /* for the color of a malformed packet */
 volatile const __u32 start_color = 0;
+volatile const __u32 point = 0; /* this program instance's point: the loader loads one per point */
 
-/* key = struct am_count_key, value = per-CPU struct am_count */
+/* key = point * 2 + color, value = per-CPU struct am_count: the counters of a carrier without
+ * FlowMonID (dscp, ipv4-flag). An array indexed by the program's own point is looked up without
+ * a call (the verifier inlines it), where a hash lookup is a call and a hash computation. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct am_count);
+	__uint(max_entries, 2 * AM_MAX_POINTS);
+} am_point_counts SEC(".maps");
+
+/* key = struct am_count_key, value = per-CPU struct am_count: the counters per FlowMonID
+ * (ipv6-altmark) and the malformed packets of every carrier */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__type(key, struct am_count_key);
@@ -98,23 +110,11 @@ static __always_inline __u32 am_match(__u32 hash)
 	return (((v + (v >> 4)) & 0x0f0f0f0f) * 0x01010101) >> 24;
 }
 
-/* am_add adds segs packets of bytes to the counter of k on this CPU, at TAI time now. */
-static __always_inline void am_add(struct am_count_key *k, __u64 segs, __u64 bytes, __u64 now)
+/* am_count_add adds segs packets of bytes to this CPU's counter c, at TAI time now. */
+static __always_inline void am_count_add(struct am_count *c, __u64 segs, __u64 bytes, __u64 now)
 {
-	struct am_count *c = bpf_map_lookup_elem(&am_counts, k);
 	__u64 hi, mid, lo;
 
-	if (!c) {
-		struct am_count z = {};
-
-		/* EEXIST: another CPU inserted it meanwhile; its value here is zeros */
-		bpf_map_update_elem(&am_counts, k, &z, BPF_NOEXIST);
-		c = bpf_map_lookup_elem(&am_counts, k);
-		if (!c) {
-			fp_count(&am_stats, AM_STAT_TABLE_FULL);
-			return;
-		}
-	}
 	if (!c->packets)
 		c->first_ns = now;
 	c->last_ns = now;
@@ -132,6 +132,35 @@ static __always_inline void am_add(struct am_count_key *k, __u64 segs, __u64 byt
 	if (c->sum_ns_lo < lo)
 		hi++;
 	c->sum_ns_hi += hi;
+}
+
+/* am_add adds segs packets of bytes to the counter of k on this CPU, at TAI time now. */
+static __always_inline void am_add(struct am_count_key *k, __u64 segs, __u64 bytes, __u64 now)
+{
+	struct am_count *c = bpf_map_lookup_elem(&am_counts, k);
+
+	if (!c) {
+		struct am_count z = {};
+
+		/* EEXIST: another CPU inserted it meanwhile; its value here is zeros */
+		bpf_map_update_elem(&am_counts, k, &z, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(&am_counts, k);
+		if (!c) {
+			fp_count(&am_stats, AM_STAT_TABLE_FULL);
+			return;
+		}
+	}
+	am_count_add(c, segs, bytes, now);
+}
+
+/* am_add_point adds segs packets of bytes to this program's point's counter of color. */
+static __always_inline void am_add_point(__u32 color, __u64 segs, __u64 bytes, __u64 now)
+{
+	__u32 idx = (point % AM_MAX_POINTS) * 2 + (color & 1);
+	struct am_count *c = bpf_map_lookup_elem(&am_point_counts, &idx);
+
+	if (c)
+		am_count_add(c, segs, bytes, now);
 }
 
 /* am_malformed counts a packet the parser refused, for its point, in the color of the period the
@@ -278,12 +307,16 @@ static __always_inline int am_probe(struct __sk_buff *skb, __u32 dir)
 		fp_count(&am_stats, AM_STAT_GSO);
 	}
 	now = bpf_ktime_get_tai_ns();
-	k.ifindex = skb->ifindex;
-	k.flowmon = p.flowmon;
-	k.dir = dir;
-	k.color = p.color;
-	k.kind = AM_KIND_COUNTED;
-	am_add(&k, segs & 0xffff, bytes, now);
+	if (carrier == AM_CARRIER_IPV6_ALTMARK) {
+		k.ifindex = skb->ifindex;
+		k.flowmon = p.flowmon;
+		k.dir = dir;
+		k.color = p.color;
+		k.kind = AM_KIND_COUNTED;
+		am_add(&k, segs & 0xffff, bytes, now);
+	} else {
+		am_add_point(p.color, segs & 0xffff, bytes, now);
+	}
 	fp_count(&am_stats, AM_STAT_COUNTED);
 	if (!sampling)
 		return TCX_NEXT;

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -50,7 +51,8 @@ type pointID struct {
 // the Datapath OpenProbe returns.
 type Probe struct {
 	spec     ProbeSpec
-	objs     probeObjects
+	objs     probeMaps
+	progs    []*ebpf.Program // one per point: the program knows its point (counter slot)
 	points   []kpoint
 	byID     map[pointID]int
 	rings    [2]*ringbuf.Reader
@@ -136,17 +138,52 @@ func LoadProbe(s ProbeSpec, sampling bool) (*Probe, error) {
 	spec.Maps["am_samples0"].MaxEntries = ringSize
 	spec.Maps["am_samples1"].MaxEntries = ringSize
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("altmark probe: load: %+v", ve)
-		}
-		return nil, fmt.Errorf("altmark probe: load: %w", err)
+		return nil, fmt.Errorf("altmark probe: load maps: %w", err)
+	}
+	if err := p.loadPrograms(spec); err != nil {
+		p.Close()
+		return nil, err
 	}
 	if err := p.init(); err != nil {
 		p.Close()
 		return nil, err
 	}
 	return p, nil
+}
+
+// loadPrograms loads one program per point from spec (its variables set but point's), each
+// with its point's number as the constant `point` and the maps of p.objs: counting then indexes
+// an array by a constant, with no call (bpf/altmark/probe.bpf.c).
+func (p *Probe) loadPrograms(spec *ebpf.CollectionSpec) error {
+	maps := map[string]*ebpf.Map{}
+	for name, m := range map[string]*ebpf.Map{
+		"am_backbone": p.objs.AmBackbone, "am_counts": p.objs.AmCounts, "am_point_counts": p.objs.AmPointCounts,
+		"am_points": p.objs.AmPoints, "am_samples0": p.objs.AmSamples0, "am_samples1": p.objs.AmSamples1, "am_stats": p.objs.AmStats,
+	} {
+		maps[name] = m
+	}
+	for i, kp := range p.points {
+		name, other := "altmark_probe_in", "altmark_probe_out"
+		if kp.Direction == "out" {
+			name, other = other, name
+		}
+		ps := spec.Copy()
+		delete(ps.Programs, other)
+		if err := ps.Variables["point"].Set(uint32(i)); err != nil {
+			return fmt.Errorf("altmark probe: set point: %w", err)
+		}
+		coll, err := ebpf.NewCollectionWithOptions(ps, ebpf.CollectionOptions{MapReplacements: maps})
+		if err != nil {
+			var ve *ebpf.VerifierError
+			if errors.As(err, &ve) {
+				return fmt.Errorf("altmark probe: load for %s %s: %+v", kp.Ifname, kp.Direction, ve)
+			}
+			return fmt.Errorf("altmark probe: load for %s %s: %w", kp.Ifname, kp.Direction, err)
+		}
+		p.progs = append(p.progs, coll.DetachProgram(name))
+		coll.Close()
+	}
+	return nil
 }
 
 // ringBytes sizes one color's sample ring: room for 4·NMAX samples per point (a period keeps
@@ -209,18 +246,27 @@ func (p *Probe) resetColor(c uint8) error {
 	return nil
 }
 
-// Programs are the ingress and egress programs.
+// Programs are the programs of the first point in and the first point out (nil when there is
+// none).
 func (p *Probe) Programs() (in, out *ebpf.Program) {
-	return p.objs.AltmarkProbeIn, p.objs.AltmarkProbeOut
+	for i, kp := range p.points {
+		if kp.Direction == "in" && in == nil {
+			in = p.progs[i]
+		}
+		if kp.Direction == "out" && out == nil {
+			out = p.progs[i]
+		}
+	}
+	return in, out
 }
 
 // Attach attaches the probe to every point (tcx ingress for in, egress for out). On error
 // nothing stays attached.
 func (p *Probe) Attach() error {
-	for _, kp := range p.points {
-		prog, at := p.objs.AltmarkProbeIn, ebpf.AttachTCXIngress
+	for i, kp := range p.points {
+		prog, at := p.progs[i], ebpf.AttachTCXIngress
 		if kp.Direction == "out" {
-			prog, at = p.objs.AltmarkProbeOut, ebpf.AttachTCXEgress
+			at = ebpf.AttachTCXEgress
 		}
 		l, err := link.AttachTCX(link.TCXOptions{Interface: int(kp.ifindex), Program: prog, Attach: at})
 		if err != nil {
@@ -250,6 +296,10 @@ func (p *Probe) Close() error {
 			p.rings[i] = nil
 		}
 	}
+	for _, prog := range p.progs {
+		errs = append(errs, prog.Close())
+	}
+	p.progs = nil
 	errs = append(errs, p.objs.Close())
 	return errors.Join(errs...)
 }
@@ -342,27 +392,8 @@ func (p *Probe) readCounts(c uint8) (map[rowKey]*Counter, []uint64, error) {
 		sumHi, sumLo                uint64
 	}
 	accs := map[rowKey]*acc{}
-	malformed := make([]uint64, len(p.points))
-	var keys []probeAmCountKey
-	var key probeAmCountKey
-	var vals []probeAmCount
-	it := p.objs.AmCounts.Iterate()
-	for it.Next(&key, &vals) {
-		if key.Color != c {
-			continue
-		}
-		keys = append(keys, key)
-		i, ok := p.byID[pointID{key.Ifindex, key.Dir}]
-		if !ok {
-			continue // not ours (cannot happen: only our points are attached)
-		}
-		if key.Kind == uint8(probeAmKindAM_KIND_MALFORMED) {
-			for _, v := range vals {
-				malformed[i] += v.Packets
-			}
-			continue
-		}
-		rk := rowKey{i, key.Flowmon}
+	// add sums a counter's per-CPU values into its row.
+	add := func(rk rowKey, vals []probeAmCount) {
 		a := accs[rk]
 		if a == nil {
 			a = &acc{}
@@ -383,8 +414,48 @@ func (p *Probe) readCounts(c uint8) (map[rowKey]*Counter, []uint64, error) {
 			a.sumHi += v.SumNsHi + carry
 		}
 	}
+	malformed := make([]uint64, len(p.points))
+	var keys []probeAmCountKey
+	var key probeAmCountKey
+	var vals []probeAmCount
+	it := p.objs.AmCounts.Iterate()
+	for it.Next(&key, &vals) {
+		if key.Color != c {
+			continue
+		}
+		keys = append(keys, key)
+		i, ok := p.byID[pointID{key.Ifindex, key.Dir}]
+		if !ok {
+			continue // not ours (cannot happen: only our points are attached)
+		}
+		if key.Kind == uint8(probeAmKindAM_KIND_MALFORMED) {
+			for _, v := range vals {
+				malformed[i] += v.Packets
+			}
+			continue
+		}
+		add(rowKey{i, key.Flowmon}, vals)
+	}
 	if err := it.Err(); err != nil {
 		return nil, nil, fmt.Errorf("altmark probe: read counters: %w", err)
+	}
+	// The points' own counters (carriers without FlowMonID): sum, then zero.
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, nil, fmt.Errorf("altmark probe: %w", err)
+	}
+	zeros := make([]probeAmCount, cpus)
+	for i := range p.points {
+		idx := uint32(2*i) + uint32(c)
+		if err := p.objs.AmPointCounts.Lookup(&idx, &vals); err != nil {
+			return nil, nil, fmt.Errorf("altmark probe: read counters: %w", err)
+		}
+		if slices.ContainsFunc(vals, func(v probeAmCount) bool { return v.Packets > 0 }) {
+			add(rowKey{i, uint32(probeAmLimitAM_FLOWMON_NONE)}, vals)
+		}
+		if err := p.objs.AmPointCounts.Update(&idx, zeros, ebpf.UpdateExist); err != nil {
+			return nil, nil, fmt.Errorf("altmark probe: zero counters: %w", err)
+		}
 	}
 	for i := range keys {
 		if err := p.objs.AmCounts.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
