@@ -64,6 +64,31 @@ struct am_fields {
 	__u32 npl;   /* bytes in pl */
 };
 
+/* am_copy_pl copies the n (1-8) payload bytes at p->pl_off into pl, zero-padded, straight from
+ * the packet when 8 bytes from there are in its linear part (no helper call). Returns 0 when
+ * they are not (the caller reads them with bpf_skb_load_bytes). */
+static __always_inline int am_copy_pl(const struct am_pkt *p, __u8 *pl, __u32 n)
+{
+	__u32 off = p->pl_off;
+	__u64 w;
+	__u8 *b;
+
+	if (off > 0xfff)
+		return 0;
+	b = p->data + off;
+	if ((void *)(b + 8) > p->end)
+		return 0;
+	__builtin_memcpy(&w, b, 8);
+	if (n < 8) /* keep the first n bytes in memory */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+		w &= (1ULL << (8 * n)) - 1;
+#else
+		w &= ~0ULL << (64 - 8 * n);
+#endif
+	__builtin_memcpy(pl, &w, 8);
+	return 1;
+}
+
 /* am_fields_of copies the invariant fields of p, parsed from skb, into f. */
 static __always_inline void am_fields_of(struct __sk_buff *skb, const struct am_pkt *p,
 					 struct am_fields *f)
@@ -91,7 +116,8 @@ static __always_inline void am_fields_of(struct __sk_buff *skb, const struct am_
 			n = 8;
 	}
 	asm volatile("" : "+r"(n)); /* keep the check below for the verifier */
-	if (n >= 1 && n <= 8 && bpf_skb_load_bytes(skb, p->pl_off, f->pl, n) < 0)
+	if (n >= 1 && n <= 8 && !am_copy_pl(p, f->pl, n) &&
+	    bpf_skb_load_bytes(skb, p->pl_off, f->pl, n) < 0)
 		n = 0;
 	f->npl = n;
 }

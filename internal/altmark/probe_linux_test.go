@@ -275,6 +275,10 @@ func TestProbeHashInvariant(t *testing.T) {
 		return setFlowLabel(udp6().Payload(pl).IPv6Ext(layers.IPProtocolIPv6Destination, amOpt(42, l, d)).Bytes(), 0xabcde)
 	}
 	icmp := packet.IP("198.18.0.1", "198.18.1.2").Echo(9, 1, false).Payload([]byte("ping-ts-")).Bytes()
+	// A payload shorter than 8 bytes: at the frame's end (read with bpf_skb_load_bytes) and
+	// followed by Ethernet padding of any content (read in place and masked).
+	short := setIPv4ID(udp4().Payload([]byte("ab")).Bytes(), 5)
+	pad := func(f []byte, b byte) []byte { return append(slices.Clone(f), bytes.Repeat([]byte{b}, 20)...) }
 	a4, b4 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.1.2")
 	a6, b6 := netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00:1::2")
 	cases := []struct {
@@ -292,6 +296,9 @@ func TestProbeHashInvariant(t *testing.T) {
 		{"IPv4 ICMP", carrierDSCP, [][]byte{icmp, setTTL(icmp, 2)},
 			packet.IP("198.18.0.1", "198.18.1.2").Echo(9, 1, false).Payload([]byte("ping-ts+")).Bytes(),
 			HashFields{Src: a4, Dst: b4, Proto: 1, Payload: []byte("ping-ts-")}},
+		{"IPv4 UDP payload of 2 bytes, padded or not", carrierDSCP, [][]byte{short, pad(short, 0), pad(setTTL(short, 4), 0xff)},
+			pad(setIPv4ID(udp4().Payload([]byte("ac")).Bytes(), 5), 0xff),
+			HashFields{Src: a4, Dst: b4, Proto: 17, SrcPort: 5000, DstPort: 6000, Ident: 5, Payload: []byte("ab")}},
 		{"IPv6 AltMark", carrierIPv6AltMrk, [][]byte{v6(false, false), setTTL(v6(false, true), 1), setTOS(v6(false, true), 0xff)},
 			setFlowLabel(v6(false, false), 0xabcdf),
 			HashFields{Src: a6, Dst: b6, Proto: 17, SrcPort: 5000, DstPort: 6000, Ident: 0xabcde, Payload: pl}},
