@@ -110,7 +110,7 @@ static __always_inline __u32 am_match(__u32 hash)
 	return (((v + (v >> 4)) & 0x0f0f0f0f) * 0x01010101) >> 24;
 }
 
-/* am_count_add adds segs packets of bytes to this CPU's counter c, at TAI time now. */
+/* am_count_add adds segs packets of bytes to this CPU's counter c, at time now (ns). */
 static __always_inline void am_count_add(struct am_count *c, __u64 segs, __u64 bytes, __u64 now)
 {
 	__u64 hi, mid, lo;
@@ -167,7 +167,7 @@ static __always_inline void am_add_point(__u32 color, __u64 segs, __u64 bytes, _
  * probe's clock is in (it has no color of its own). */
 static __always_inline void am_malformed(struct __sk_buff *skb, __u32 dir, int reason)
 {
-	__u64 now = bpf_ktime_get_tai_ns();
+	__u64 now = bpf_ktime_get_tai_ns(); /* the color only: malformed rows report packets */
 	struct am_count_key k = {
 	    .ifindex = skb->ifindex,
 	    .flowmon = AM_FLOWMON_NONE,
@@ -199,7 +199,7 @@ static __always_inline int am_backbone_hit(const struct am_pkt *p)
  * low bits is taken at the current hash length (growing it after NMAX), and writes it to the
  * ring of its color. */
 static __always_inline void am_sample(struct __sk_buff *skb, const struct am_pkt *p,
-				      const struct am_fields *f, __u32 dir, __u32 hash, __u64 now)
+				      const struct am_fields *f, __u32 dir, __u32 hash)
 {
 	struct am_point_key pk = {.ifindex = skb->ifindex, .dir = dir, .color = p->color & 1};
 	__u32 match = am_match(hash), take = 0, grew = 0;
@@ -238,7 +238,7 @@ static __always_inline void am_sample(struct __sk_buff *skb, const struct am_pkt
 		fp_count(&am_stats, AM_STAT_SAMPLE_LOST);
 		return;
 	}
-	s->tai_ns = now;
+	s->tai_ns = bpf_ktime_get_tai_ns();
 	__builtin_memcpy(s->saddr, f->saddr, 16);
 	__builtin_memcpy(s->daddr, f->daddr, 16);
 	s->hash = hash;
@@ -306,7 +306,9 @@ static __always_inline int am_probe(struct __sk_buff *skb, __u32 dir)
 		bytes = len - p.l3_off + (segs - 1) * (p.pl_off - p.l3_off);
 		fp_count(&am_stats, AM_STAT_GSO);
 	}
-	now = bpf_ktime_get_tai_ns();
+	/* CLOCK_MONOTONIC: one call less than bpf_ktime_get_tai_ns (the kernel adds its TAI offset
+	 * in a second function); Go adds the same offset when it reads the counters. */
+	now = bpf_ktime_get_ns();
 	if (carrier == AM_CARRIER_IPV6_ALTMARK) {
 		k.ifindex = skb->ifindex;
 		k.flowmon = p.flowmon;
@@ -323,7 +325,7 @@ static __always_inline int am_probe(struct __sk_buff *skb, __u32 dir)
 	hash = am_hash(&p, &f);
 	if ((hash ^ hash_ref) & start_mask)
 		return TCX_NEXT; /* cannot match: the length only grows */
-	am_sample(skb, &p, &f, dir, hash, now);
+	am_sample(skb, &p, &f, dir, hash);
 	return TCX_NEXT;
 }
 
