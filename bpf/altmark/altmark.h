@@ -20,6 +20,7 @@ enum am_dir {
 /* Sizes and special values. */
 enum am_limit {
 	AM_MAX_POINTS = 64,	      /* (ifindex, direction) pairs one probe watches */
+	AM_IFINDEX_MAX = 4096,	      /* interfaces below it count in am_point_counts */
 	AM_MAX_COUNTERS = 16384,      /* counter keys (points x colors x FlowMonIDs) */
 	AM_HASH_LEN_MAX = 32,	      /* hash length in bits */
 	AM_FLOWMON_NONE = 0xffffffff, /* the carrier has no FlowMonID */
@@ -30,6 +31,12 @@ enum am_limit {
 enum am_kind {
 	AM_KIND_COUNTED,   /* marked packets of the key's color */
 	AM_KIND_MALFORMED, /* packets the parser could not read; color = the probe's clock's */
+};
+
+/* Probe: value of am_ifslots, per interface index: its points (number + 1; 0: not a point) per
+ * enum am_dir. */
+struct am_ifslots {
+	__u32 slot[2];
 };
 
 /* Probe counters: key of am_counts. */

@@ -30,11 +30,18 @@ volatile const __u32 proto_mask[8] = {};     /* bit p: protocol p is counted */
 volatile const __u32 backbone = 0;	     /* 1: look up am_backbone */
 volatile const __u64 period_ns = 1000000000; /* for the color of a malformed packet */
 volatile const __u32 start_color = 0;
-volatile const __u32 point = 0; /* this program instance's point: the loader loads one per point */
+
+/* key = ifindex (below AM_IFINDEX_MAX), value = struct am_ifslots: the interface's points */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct am_ifslots);
+	__uint(max_entries, AM_IFINDEX_MAX);
+} am_ifslots SEC(".maps");
 
 /* key = point * 2 + color, value = per-CPU struct am_count: the counters of a carrier without
- * FlowMonID (dscp, ipv4-flag). An array indexed by the program's own point is looked up without
- * a call (the verifier inlines it), where a hash lookup is a call and a hash computation. */
+ * FlowMonID (dscp, ipv4-flag) at a point found in am_ifslots. Array lookups are inlined by the
+ * verifier (no call), where a hash lookup is a call and a hash computation. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
@@ -134,11 +141,16 @@ static __always_inline void am_count_add(struct am_count *c, __u64 segs, __u64 b
 	c->sum_ns_hi += hi;
 }
 
-/* am_add adds segs packets of bytes to the counter of k on this CPU, at TAI time now. */
-static __always_inline void am_add(struct am_count_key *k, __u64 segs, __u64 bytes, __u64 now)
+/* am_add adds segs packets of bytes to the counter of k on this CPU, at time now. A global
+ * function: the verifier checks it once, not once on every path that leads to it (the
+ * points' array and this hash together would exceed its limit). Returns 0. */
+__attribute__((noinline)) int am_add(struct am_count_key *k, __u64 segs, __u64 bytes, __u64 now)
 {
-	struct am_count *c = bpf_map_lookup_elem(&am_counts, k);
+	struct am_count *c;
 
+	if (!k)
+		return 0;
+	c = bpf_map_lookup_elem(&am_counts, k);
 	if (!c) {
 		struct am_count z = {};
 
@@ -147,20 +159,37 @@ static __always_inline void am_add(struct am_count_key *k, __u64 segs, __u64 byt
 		c = bpf_map_lookup_elem(&am_counts, k);
 		if (!c) {
 			fp_count(&am_stats, AM_STAT_TABLE_FULL);
-			return;
+			return 0;
 		}
 	}
 	am_count_add(c, segs, bytes, now);
+	return 0;
 }
 
-/* am_add_point adds segs packets of bytes to this program's point's counter of color. */
-static __always_inline void am_add_point(__u32 color, __u64 segs, __u64 bytes, __u64 now)
+/* am_add_point adds segs packets of bytes of color to the counter of the point (ifindex, dir):
+ * in am_point_counts when am_ifslots has the point, else in am_counts. */
+static __always_inline void am_add_point(__u32 ifindex, __u32 dir, __u32 color, __u64 segs,
+					 __u64 bytes, __u64 now)
 {
-	__u32 idx = (point % AM_MAX_POINTS) * 2 + (color & 1);
-	struct am_count *c = bpf_map_lookup_elem(&am_point_counts, &idx);
+	struct am_ifslots *s = bpf_map_lookup_elem(&am_ifslots, &ifindex);
+	struct am_count_key k = {};
+	struct am_count *c;
+	__u32 idx;
 
-	if (c)
-		am_count_add(c, segs, bytes, now);
+	if (s && s->slot[dir & 1]) {
+		idx = ((s->slot[dir & 1] - 1) % AM_MAX_POINTS) * 2 + (color & 1);
+		c = bpf_map_lookup_elem(&am_point_counts, &idx);
+		if (c) {
+			am_count_add(c, segs, bytes, now);
+			return;
+		}
+	}
+	k.ifindex = ifindex;
+	k.flowmon = AM_FLOWMON_NONE;
+	k.dir = dir;
+	k.color = color;
+	k.kind = AM_KIND_COUNTED;
+	am_add(&k, segs, bytes, now);
 }
 
 /* am_malformed counts a packet the parser refused, for its point, in the color of the period the
@@ -317,7 +346,7 @@ static __always_inline int am_probe(struct __sk_buff *skb, __u32 dir)
 		k.kind = AM_KIND_COUNTED;
 		am_add(&k, segs & 0xffff, bytes, now);
 	} else {
-		am_add_point(p.color, segs & 0xffff, bytes, now);
+		am_add_point(skb->ifindex, dir, p.color, segs & 0xffff, bytes, now);
 	}
 	fp_count(&am_stats, AM_STAT_COUNTED);
 	if (!sampling)

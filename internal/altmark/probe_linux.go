@@ -51,8 +51,7 @@ type pointID struct {
 // the Datapath OpenProbe returns.
 type Probe struct {
 	spec     ProbeSpec
-	objs     probeMaps
-	progs    []*ebpf.Program // one per point: the program knows its point (counter slot)
+	objs     probeObjects
 	points   []kpoint
 	byID     map[pointID]int
 	rings    [2]*ringbuf.Reader
@@ -139,52 +138,17 @@ func LoadProbe(s ProbeSpec, sampling bool) (*Probe, error) {
 	spec.Maps["am_samples0"].MaxEntries = ringSize
 	spec.Maps["am_samples1"].MaxEntries = ringSize
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		return nil, fmt.Errorf("altmark probe: load maps: %w", err)
-	}
-	if err := p.loadPrograms(spec); err != nil {
-		p.Close()
-		return nil, err
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("altmark probe: load: %+v", ve)
+		}
+		return nil, fmt.Errorf("altmark probe: load: %w", err)
 	}
 	if err := p.init(); err != nil {
 		p.Close()
 		return nil, err
 	}
 	return p, nil
-}
-
-// loadPrograms loads one program per point from spec (its variables set but point's), each
-// with its point's number as the constant `point` and the maps of p.objs: counting then indexes
-// an array by a constant, with no call (bpf/altmark/probe.bpf.c).
-func (p *Probe) loadPrograms(spec *ebpf.CollectionSpec) error {
-	maps := map[string]*ebpf.Map{}
-	for name, m := range map[string]*ebpf.Map{
-		"am_backbone": p.objs.AmBackbone, "am_counts": p.objs.AmCounts, "am_point_counts": p.objs.AmPointCounts,
-		"am_points": p.objs.AmPoints, "am_samples0": p.objs.AmSamples0, "am_samples1": p.objs.AmSamples1, "am_stats": p.objs.AmStats,
-	} {
-		maps[name] = m
-	}
-	for i, kp := range p.points {
-		name, other := "altmark_probe_in", "altmark_probe_out"
-		if kp.Direction == "out" {
-			name, other = other, name
-		}
-		ps := spec.Copy()
-		delete(ps.Programs, other)
-		if err := ps.Variables["point"].Set(uint32(i)); err != nil {
-			return fmt.Errorf("altmark probe: set point: %w", err)
-		}
-		coll, err := ebpf.NewCollectionWithOptions(ps, ebpf.CollectionOptions{MapReplacements: maps})
-		if err != nil {
-			var ve *ebpf.VerifierError
-			if errors.As(err, &ve) {
-				return fmt.Errorf("altmark probe: load for %s %s: %+v", kp.Ifname, kp.Direction, ve)
-			}
-			return fmt.Errorf("altmark probe: load for %s %s: %w", kp.Ifname, kp.Direction, err)
-		}
-		p.progs = append(p.progs, coll.DetachProgram(name))
-		coll.Close()
-	}
-	return nil
 }
 
 // ringBytes sizes one color's sample ring: room for 4·NMAX samples per point (a period keeps
@@ -206,8 +170,24 @@ func boolU32(b bool) uint32 {
 	return 0
 }
 
-// init sets every point's hash length, the backbone prefixes and the ring readers.
+// init sets every point's hash length, the points' counter slots, the backbone prefixes and
+// the ring readers.
 func (p *Probe) init() error {
+	slots := map[uint32]*probeAmIfslots{}
+	for i, kp := range p.points {
+		if kp.ifindex >= uint32(probeAmLimitAM_IFINDEX_MAX) {
+			continue // counted in am_counts by (ifindex, direction)
+		}
+		if slots[kp.ifindex] == nil {
+			slots[kp.ifindex] = &probeAmIfslots{}
+		}
+		slots[kp.ifindex].Slot[kp.dir] = uint32(i) + 1
+	}
+	for ifindex, v := range slots {
+		if err := p.objs.AmIfslots.Update(&ifindex, v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("altmark probe: point slots of ifindex %d: %w", ifindex, err)
+		}
+	}
 	for c := range 2 {
 		if err := p.resetColor(uint8(c)); err != nil {
 			return err
@@ -247,27 +227,18 @@ func (p *Probe) resetColor(c uint8) error {
 	return nil
 }
 
-// Programs are the programs of the first point in and the first point out (nil when there is
-// none).
+// Programs are the ingress and egress programs.
 func (p *Probe) Programs() (in, out *ebpf.Program) {
-	for i, kp := range p.points {
-		if kp.Direction == "in" && in == nil {
-			in = p.progs[i]
-		}
-		if kp.Direction == "out" && out == nil {
-			out = p.progs[i]
-		}
-	}
-	return in, out
+	return p.objs.AltmarkProbeIn, p.objs.AltmarkProbeOut
 }
 
 // Attach attaches the probe to every point (tcx ingress for in, egress for out). On error
 // nothing stays attached.
 func (p *Probe) Attach() error {
-	for i, kp := range p.points {
-		prog, at := p.progs[i], ebpf.AttachTCXIngress
+	for _, kp := range p.points {
+		prog, at := p.objs.AltmarkProbeIn, ebpf.AttachTCXIngress
 		if kp.Direction == "out" {
-			at = ebpf.AttachTCXEgress
+			prog, at = p.objs.AltmarkProbeOut, ebpf.AttachTCXEgress
 		}
 		l, err := link.AttachTCX(link.TCXOptions{Interface: int(kp.ifindex), Program: prog, Attach: at})
 		if err != nil {
@@ -297,10 +268,6 @@ func (p *Probe) Close() error {
 			p.rings[i] = nil
 		}
 	}
-	for _, prog := range p.progs {
-		errs = append(errs, prog.Close())
-	}
-	p.progs = nil
 	errs = append(errs, p.objs.Close())
 	return errors.Join(errs...)
 }

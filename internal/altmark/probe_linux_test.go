@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/gopacket/gopacket/layers"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/nsrun"
@@ -530,6 +531,56 @@ func TestProbeBackbone(t *testing.T) {
 	}
 	if st, _ := p.Stats(); st["backbone"] != 3 {
 		t.Errorf("backbone %d, want 3", st["backbone"])
+	}
+}
+
+// TestProbeCountsAboveTheSlotTable: a point whose ifindex is above AM_IFINDEX_MAX is counted in
+// the hash map by (ifindex, direction) instead of the points' array, beside a point counted in
+// the array, and Read gives each its own row.
+func TestProbeCountsAboveTheSlotTable(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	ns := testenv.Netns(t)
+	high := int(probeAmLimitAM_IFINDEX_MAX) + 904
+	name := testenv.Name("hi")
+	err := nsrun.Do(ns, func() error {
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, Index: high}, PeerName: name + "p"}); err != nil {
+			return err
+		}
+		s := testSpec()
+		s.Points = []Point{{"lo", "in"}, {name, "in"}}
+		p, err := LoadProbe(s, true)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		in, _ := p.Programs()
+		frame := setTOS(udp4().Payload([]byte("12345678")).Bytes(), 1<<2) // color 1
+		for ifindex, n := range map[int]int{1: 2, high: 3} {
+			for range n {
+				if _, err := progrun.Exec(in, frame, ifindex); err != nil {
+					return err
+				}
+			}
+		}
+		cs, _, err := p.Read(1)
+		if err != nil {
+			return err
+		}
+		got := map[string]int64{}
+		for _, c := range cs {
+			got[c.Ifname] += c.Packets
+			if c.Packets > 0 && (c.Bytes != c.Packets*l3len(frame) || c.FirstTAINs == 0 || c.MeanTAINs < c.FirstTAINs || c.MeanTAINs > c.LastTAINs) {
+				t.Errorf("row %+v", c)
+			}
+		}
+		if got["lo"] != 2 || got[name] != 3 {
+			t.Errorf("packets per interface %v, want lo 2 and %s 3", got, name)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
