@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* probe.bpf.c: the alternate-marking probe (RFC 9341), on tcx ingress and egress of every
  * monitored interface. For each packet it reads the carrier's color (carrier.h) and counts
- * packets and L3 bytes per (interface, direction, color, FlowMonID) in a per-CPU hash, so no
- * count is lost however many CPUs add at once; Go sums the CPUs when it reads a color, L/2 after
- * the color's period ended (docs/altmark.md, read rule). Packets whose hash (hash.h) matches
- * hash_ref in the current number of low bits are sampled into the ring of their color, with
+ * packets and L3 bytes per (interface, direction, color) in a per-CPU array (per FlowMonID too
+ * in a per-CPU hash when the carrier has one), so no count is lost however many CPUs add at
+ * once; Go sums the CPUs when it reads a color, L/2 after the color's period ended
+ * (docs/altmark.md, read rule). Packets whose hash (hash.h) matches hash_ref in the current
+ * number of low bits are sampled into the ring of their color, with
  * their TAI timestamp; after NMAX samples in a period the number of bits grows by one (dynamic
  * hash length). Malformed packets are counted per point and passed. Every path returns
  * TCX_NEXT: the probe never drops, a bug costs a count, not traffic. */
