@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,7 +36,13 @@ var (
 	repeat   = flag.Int("repeat", 1_000_000, "BPF_PROG_TEST_RUN runs per measurement")
 	rounds   = flag.Int("rounds", 5, "rounds (medians are reported)")
 	duration = flag.Duration("duration", 4*time.Second, "iperf3 run length")
+	only     = flag.String("only", "", "comma-separated parts to run (ns, tcp, timestamps, 64b); empty: all")
 )
+
+// part is whether the part name is to run (-only).
+func part(name string) bool {
+	return *only == "" || slices.Contains(strings.Split(*only, ","), name)
+}
 
 func main() {
 	flag.Parse()
@@ -51,18 +58,33 @@ func run(ctx context.Context) error {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return err
 	}
-	ns, data, err := nsPerPacket()
-	if err != nil {
-		return err
+	var tables []*report.Table
+	data := map[string]any{}
+	if part("ns") {
+		ns, ndata, err := nsPerPacket()
+		if err != nil {
+			return err
+		}
+		tables = append(tables, ns)
+		for k, v := range ndata {
+			data[k] = v
+		}
 	}
-	tables, tdata, err := throughput(ctx)
-	if err != nil {
-		return err
+	if part("tcp") || part("timestamps") || part("64b") {
+		ts, tdata, err := throughput(ctx)
+		if err != nil {
+			return err
+		}
+		tables = append(tables, ts...)
+		for k, v := range tdata {
+			data[k] = v
+		}
 	}
-	for k, v := range tdata {
-		data[k] = v
+	name := "altmark"
+	if *only != "" {
+		name = "altmark-partial" // a partial run does not replace the full one's results
 	}
-	return report.Save(report.Result{Name: "altmark", Tables: append([]*report.Table{ns}, tables...), Data: data})
+	return report.Save(report.Result{Name: name, Tables: tables, Data: data})
 }
 
 // emptyTCX is the baseline: a tcx program that returns TCX_NEXT.
@@ -197,7 +219,41 @@ func throughput(ctx context.Context) ([]*report.Table, map[string]any, error) {
 		points = append(points, altmark.Point{Ifname: l.IfName(i), Direction: "in"}, altmark.Point{Ifname: l.IfName(i), Direction: "out"})
 	}
 	spec := altmark.ProbeSpec{Points: points, PeriodNs: int64(time.Second), Carrier: "dscp", DSCPBits: [2]uint8{0, 1}, HashBits: 8, NMax: 1000}
-	dst := h2.Ifaces[0].IPv4.Addr().String()
+	var tables []*report.Table
+	data := map[string]any{}
+	if part("tcp") {
+		t, tdata, err := tcpThroughput(ctx, l, spec, h2.Ifaces[0].IPv4.Addr().String())
+		if err != nil {
+			return nil, nil, err
+		}
+		tables = append(tables, t)
+		for k, v := range tdata {
+			data[k] = v
+		}
+	}
+	if part("timestamps") {
+		ts, delays, err := timestamps(ctx, l)
+		if err != nil {
+			return nil, nil, err
+		}
+		tables = append(tables, ts)
+		data["veth_delays_ns"] = delays
+	}
+	if part("64b") {
+		p64, pdata, err := packets64(ctx, l, spec)
+		if err != nil {
+			return nil, nil, fmt.Errorf("64-byte frames: %w", err)
+		}
+		tables = append(tables, p64)
+		for k, v := range pdata {
+			data[k] = v
+		}
+	}
+	return tables, data, nil
+}
+
+// tcpThroughput is iperf3 h1 → dst through r1, without and with the probe (spec), interleaved.
+func tcpThroughput(ctx context.Context, l *lab.Lab, spec altmark.ProbeSpec, dst string) (*report.Table, map[string]any, error) {
 	var counted int64
 	without, with, err := interleaved(l, spec, func(p altmark.Datapath) (float64, error) {
 		res, err := l.Iperf(ctx, "h1", "h2", dst, "-t", fmt.Sprint(duration.Seconds()))
@@ -220,19 +276,7 @@ func throughput(ctx context.Context) ([]*report.Table, map[string]any, error) {
 	t.Add("no probe", wo, 1.0)
 	t.Add("probe on both interfaces, in and out", wi, wi/wo)
 	t.Notes = append(t.Notes, fmt.Sprintf("%d interleaved rounds of %v; veths with GSO/GRO as the lab sets them (a GSO packet is one probe run; it counts gso_segs packets). The probe counted %d packets over the probed rounds.", *rounds, *duration, counted))
-	ts, delays, err := timestamps(ctx, l)
-	if err != nil {
-		return nil, nil, err
-	}
-	p64, pdata, err := packets64(ctx, l, spec)
-	if err != nil {
-		return nil, nil, fmt.Errorf("64-byte frames: %w", err)
-	}
-	data := map[string]any{"gbps_without": without, "gbps_with": with, "packets_counted": counted, "veth_delays_ns": delays}
-	for k, v := range pdata {
-		data[k] = v
-	}
-	return []*report.Table{t, ts, p64}, data, nil
+	return t, map[string]any{"gbps_without": without, "gbps_with": with, "packets_counted": counted}, nil
 }
 
 // timestamps probes both ends of h1's veth to r1 (h1 egress, r1 ingress), sends 2,000 pings

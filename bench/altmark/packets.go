@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 
 	"github.com/flowplane/flowplane/bench/report"
 	"github.com/flowplane/flowplane/internal/altmark"
@@ -96,48 +100,97 @@ func packets64(ctx context.Context, l *lab.Lab, spec altmark.ProbeSpec) (*report
 		}
 		return float64(c1-c0) / secs, nil
 	}
-	without, with, err := interleaved(l, spec, func(altmark.Datapath) (float64, error) { return measure() })
+	series, err := interleavedModes(l, spec, []mode{modeNone, modeEmpty, modeProbe}, func(altmark.Datapath) (float64, error) { return measure() })
 	if err != nil {
 		return nil, nil, err
 	}
-	wo, wi := report.Median(without), report.Median(with)
+	without, empty, with := series[0], series[1], series[2]
+	wo, we, wi := report.Median(without), report.Median(empty), report.Median(with)
 	t := &report.Table{Title: "altmark probe: 64-byte frames forwarded by r1 (xdpgen h1 → h2, one flow)",
 		Columns: []string{"r1", "Mpackets/s (median)", "Gbit/s at 64 B", "ratio"}}
 	t.Add("no probe", wo/1e6, wo*64*8/1e9, 1.0)
+	t.Add("empty tcx programs on the same four points (the hooks' own cost)", we/1e6, we*64*8/1e9, we/wo)
 	t.Add("probe on both interfaces, in and out", wi/1e6, wi*64*8/1e9, wi/wo)
 	t.Notes = append(t.Notes, fmt.Sprintf("%d interleaved rounds; received at h2's XDP sink over %v in the middle of %v at the generator's full speed. Kernel forwarding on r1 runs on the generator's CPU: this is packets/s per core.", *rounds, window64, send64))
-	return t, map[string]any{"pps_64b_without": without, "pps_64b_with": with}, nil
+	return t, map[string]any{"pps_64b_without": without, "pps_64b_empty_tcx": empty, "pps_64b_with": with}, nil
 }
 
 // interleaved runs measure *rounds times without and with the probe on r1 (spec), alternating,
 // and returns both series; measure gets the open probe (nil without) to read it before it
 // closes.
 func interleaved(l *lab.Lab, spec altmark.ProbeSpec, measure func(altmark.Datapath) (float64, error)) (without, with []float64, err error) {
+	s, err := interleavedModes(l, spec, []mode{modeNone, modeProbe}, measure)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s[0], s[1], nil
+}
+
+// mode is what r1's interfaces carry in a round.
+type mode int
+
+const (
+	modeNone  mode = iota // nothing attached
+	modeEmpty             // a tcx program returning TCX_NEXT on every point: the hook's own cost
+	modeProbe             // the probe
+)
+
+// interleavedModes runs measure *rounds times in each mode, alternating, and returns a series
+// per mode.
+func interleavedModes(l *lab.Lab, spec altmark.ProbeSpec, modes []mode, measure func(altmark.Datapath) (float64, error)) ([][]float64, error) {
+	out := make([][]float64, len(modes))
 	for r := 0; r < *rounds; r++ {
-		for _, probed := range []bool{false, true} {
+		for i, m := range modes {
 			var p altmark.Datapath
-			if probed {
-				if err := nsrun.Do(l.Netns("r1"), func() error {
+			var closers []io.Closer
+			err := nsrun.Do(l.Netns("r1"), func() error {
+				switch m {
+				case modeProbe:
 					var err error
 					p, err = altmark.OpenProbe(spec)
 					return err
-				}); err != nil {
-					return nil, nil, err
+				case modeEmpty:
+					prog, err := emptyTCX()
+					if err != nil {
+						return err
+					}
+					closers = append(closers, prog)
+					for _, pt := range spec.Points {
+						ifc, err := net.InterfaceByName(pt.Ifname)
+						if err != nil {
+							return err
+						}
+						at := ebpf.AttachTCXIngress
+						if pt.Direction == "out" {
+							at = ebpf.AttachTCXEgress
+						}
+						lk, err := link.AttachTCX(link.TCXOptions{Interface: ifc.Index, Program: prog, Attach: at})
+						if err != nil {
+							return err
+						}
+						closers = append(closers, lk)
+					}
 				}
+				return nil
+			})
+			if err != nil {
+				for _, c := range closers {
+					c.Close()
+				}
+				return nil, err
 			}
 			v, err := measure(p)
 			if p != nil {
 				p.Close()
 			}
+			for j := len(closers) - 1; j >= 0; j-- {
+				closers[j].Close()
+			}
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
-			if probed {
-				with = append(with, v)
-			} else {
-				without = append(without, v)
-			}
+			out[i] = append(out[i], v)
 		}
 	}
-	return without, with, nil
+	return out, nil
 }

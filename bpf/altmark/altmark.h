@@ -20,6 +20,7 @@ enum am_dir {
 /* Sizes and special values. */
 enum am_limit {
 	AM_MAX_POINTS = 64,	      /* (ifindex, direction) pairs one probe watches */
+	AM_IFINDEX_MAX = 4096,	      /* interfaces below it count in am_point_counts */
 	AM_MAX_COUNTERS = 16384,      /* counter keys (points x colors x FlowMonIDs) */
 	AM_HASH_LEN_MAX = 32,	      /* hash length in bits */
 	AM_FLOWMON_NONE = 0xffffffff, /* the carrier has no FlowMonID */
@@ -32,6 +33,12 @@ enum am_kind {
 	AM_KIND_MALFORMED, /* packets the parser could not read; color = the probe's clock's */
 };
 
+/* Probe: value of am_ifslots, per interface index: its points (number + 1; 0: not a point) per
+ * enum am_dir. */
+struct am_ifslots {
+	__u32 slot[2];
+};
+
 /* Probe counters: key of am_counts. */
 struct am_count_key {
 	__u32 ifindex;
@@ -42,8 +49,9 @@ struct am_count_key {
 	__u8 pad;
 };
 
-/* Probe counters: per-CPU value of am_counts. sum_ns is a 128-bit sum of the TAI timestamps
- * (lo, hi) so that the mean is exact; first/last are this CPU's. */
+/* Probe counters: per-CPU value of am_counts and am_point_counts. sum_ns is a 128-bit sum of the
+ * timestamps (lo, hi) so that the mean is exact; first/last are this CPU's. The times are
+ * CLOCK_MONOTONIC (bpf_ktime_get_ns): Go adds CLOCK_TAI - CLOCK_MONOTONIC when it reads them. */
 struct am_count {
 	__u64 packets; /* segments: a GSO/GRO packet counts gso_segs */
 	__u64 bytes;   /* L3 bytes of those segments */

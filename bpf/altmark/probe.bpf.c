@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* probe.bpf.c: the alternate-marking probe (RFC 9341), on tcx ingress and egress of every
  * monitored interface. For each packet it reads the carrier's color (carrier.h) and counts
- * packets and L3 bytes per (interface, direction, color, FlowMonID) in a per-CPU hash, so no
- * count is lost however many CPUs add at once; Go sums the CPUs when it reads a color, L/2 after
- * the color's period ended (docs/altmark.md, read rule). Packets whose hash (hash.h) matches
- * hash_ref in the current number of low bits are sampled into the ring of their color, with
+ * packets and L3 bytes per (interface, direction, color) in a per-CPU array (per FlowMonID too
+ * in a per-CPU hash when the carrier has one), so no count is lost however many CPUs add at
+ * once; Go sums the CPUs when it reads a color, L/2 after the color's period ended
+ * (docs/altmark.md, read rule). Packets whose hash (hash.h) matches hash_ref in the current
+ * number of low bits are sampled into the ring of their color, with
  * their TAI timestamp; after NMAX samples in a period the number of bits grows by one (dynamic
  * hash length). Malformed packets are counted per point and passed. Every path returns
  * TCX_NEXT: the probe never drops, a bug costs a count, not traffic. */
@@ -31,7 +32,26 @@ volatile const __u32 backbone = 0;	     /* 1: look up am_backbone */
 volatile const __u64 period_ns = 1000000000; /* for the color of a malformed packet */
 volatile const __u32 start_color = 0;
 
-/* key = struct am_count_key, value = per-CPU struct am_count */
+/* key = ifindex (below AM_IFINDEX_MAX), value = struct am_ifslots: the interface's points */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct am_ifslots);
+	__uint(max_entries, AM_IFINDEX_MAX);
+} am_ifslots SEC(".maps");
+
+/* key = point * 2 + color, value = per-CPU struct am_count: the counters of a carrier without
+ * FlowMonID (dscp, ipv4-flag) at a point found in am_ifslots. Array lookups are inlined by the
+ * verifier (no call), where a hash lookup is a call and a hash computation. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct am_count);
+	__uint(max_entries, 2 * AM_MAX_POINTS);
+} am_point_counts SEC(".maps");
+
+/* key = struct am_count_key, value = per-CPU struct am_count: the counters per FlowMonID
+ * (ipv6-altmark) and the malformed packets of every carrier */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__type(key, struct am_count_key);
@@ -98,23 +118,11 @@ static __always_inline __u32 am_match(__u32 hash)
 	return (((v + (v >> 4)) & 0x0f0f0f0f) * 0x01010101) >> 24;
 }
 
-/* am_add adds segs packets of bytes to the counter of k on this CPU, at TAI time now. */
-static __always_inline void am_add(struct am_count_key *k, __u64 segs, __u64 bytes, __u64 now)
+/* am_count_add adds segs packets of bytes to this CPU's counter c, at time now (ns). */
+static __always_inline void am_count_add(struct am_count *c, __u64 segs, __u64 bytes, __u64 now)
 {
-	struct am_count *c = bpf_map_lookup_elem(&am_counts, k);
 	__u64 hi, mid, lo;
 
-	if (!c) {
-		struct am_count z = {};
-
-		/* EEXIST: another CPU inserted it meanwhile; its value here is zeros */
-		bpf_map_update_elem(&am_counts, k, &z, BPF_NOEXIST);
-		c = bpf_map_lookup_elem(&am_counts, k);
-		if (!c) {
-			fp_count(&am_stats, AM_STAT_TABLE_FULL);
-			return;
-		}
-	}
 	if (!c->packets)
 		c->first_ns = now;
 	c->last_ns = now;
@@ -134,11 +142,62 @@ static __always_inline void am_add(struct am_count_key *k, __u64 segs, __u64 byt
 	c->sum_ns_hi += hi;
 }
 
+/* am_add adds segs packets of bytes to the counter of k on this CPU, at time now. A global
+ * function: the verifier checks it once, not once on every path that leads to it (the
+ * points' array and this hash together would exceed its limit). Returns 0. */
+__attribute__((noinline)) int am_add(struct am_count_key *k, __u64 segs, __u64 bytes, __u64 now)
+{
+	struct am_count *c;
+
+	if (!k)
+		return 0;
+	c = bpf_map_lookup_elem(&am_counts, k);
+	if (!c) {
+		struct am_count z = {};
+
+		/* EEXIST: another CPU inserted it meanwhile; its value here is zeros */
+		bpf_map_update_elem(&am_counts, k, &z, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(&am_counts, k);
+		if (!c) {
+			fp_count(&am_stats, AM_STAT_TABLE_FULL);
+			return 0;
+		}
+	}
+	am_count_add(c, segs, bytes, now);
+	return 0;
+}
+
+/* am_add_point adds segs packets of bytes of color to the counter of the point (ifindex, dir):
+ * in am_point_counts when am_ifslots has the point, else in am_counts. */
+static __always_inline void am_add_point(__u32 ifindex, __u32 dir, __u32 color, __u64 segs,
+					 __u64 bytes, __u64 now)
+{
+	struct am_ifslots *s = bpf_map_lookup_elem(&am_ifslots, &ifindex);
+	struct am_count_key k = {};
+	struct am_count *c;
+	__u32 idx;
+
+	if (s && s->slot[dir & 1]) {
+		idx = ((s->slot[dir & 1] - 1) % AM_MAX_POINTS) * 2 + (color & 1);
+		c = bpf_map_lookup_elem(&am_point_counts, &idx);
+		if (c) {
+			am_count_add(c, segs, bytes, now);
+			return;
+		}
+	}
+	k.ifindex = ifindex;
+	k.flowmon = AM_FLOWMON_NONE;
+	k.dir = dir;
+	k.color = color;
+	k.kind = AM_KIND_COUNTED;
+	am_add(&k, segs, bytes, now);
+}
+
 /* am_malformed counts a packet the parser refused, for its point, in the color of the period the
  * probe's clock is in (it has no color of its own). */
 static __always_inline void am_malformed(struct __sk_buff *skb, __u32 dir, int reason)
 {
-	__u64 now = bpf_ktime_get_tai_ns();
+	__u64 now = bpf_ktime_get_tai_ns(); /* the color only: malformed rows report packets */
 	struct am_count_key k = {
 	    .ifindex = skb->ifindex,
 	    .flowmon = AM_FLOWMON_NONE,
@@ -170,7 +229,7 @@ static __always_inline int am_backbone_hit(const struct am_pkt *p)
  * low bits is taken at the current hash length (growing it after NMAX), and writes it to the
  * ring of its color. */
 static __always_inline void am_sample(struct __sk_buff *skb, const struct am_pkt *p,
-				      const struct am_fields *f, __u32 dir, __u32 hash, __u64 now)
+				      const struct am_fields *f, __u32 dir, __u32 hash)
 {
 	struct am_point_key pk = {.ifindex = skb->ifindex, .dir = dir, .color = p->color & 1};
 	__u32 match = am_match(hash), take = 0, grew = 0;
@@ -209,7 +268,7 @@ static __always_inline void am_sample(struct __sk_buff *skb, const struct am_pkt
 		fp_count(&am_stats, AM_STAT_SAMPLE_LOST);
 		return;
 	}
-	s->tai_ns = now;
+	s->tai_ns = bpf_ktime_get_tai_ns();
 	__builtin_memcpy(s->saddr, f->saddr, 16);
 	__builtin_memcpy(s->daddr, f->daddr, 16);
 	s->hash = hash;
@@ -277,20 +336,26 @@ static __always_inline int am_probe(struct __sk_buff *skb, __u32 dir)
 		bytes = len - p.l3_off + (segs - 1) * (p.pl_off - p.l3_off);
 		fp_count(&am_stats, AM_STAT_GSO);
 	}
-	now = bpf_ktime_get_tai_ns();
-	k.ifindex = skb->ifindex;
-	k.flowmon = p.flowmon;
-	k.dir = dir;
-	k.color = p.color;
-	k.kind = AM_KIND_COUNTED;
-	am_add(&k, segs & 0xffff, bytes, now);
+	/* CLOCK_MONOTONIC: one call less than bpf_ktime_get_tai_ns (the kernel adds its TAI offset
+	 * in a second function); Go adds the same offset when it reads the counters. */
+	now = bpf_ktime_get_ns();
+	if (carrier == AM_CARRIER_IPV6_ALTMARK) {
+		k.ifindex = skb->ifindex;
+		k.flowmon = p.flowmon;
+		k.dir = dir;
+		k.color = p.color;
+		k.kind = AM_KIND_COUNTED;
+		am_add(&k, segs & 0xffff, bytes, now);
+	} else {
+		am_add_point(skb->ifindex, dir, p.color, segs & 0xffff, bytes, now);
+	}
 	fp_count(&am_stats, AM_STAT_COUNTED);
 	if (!sampling)
 		return TCX_NEXT;
 	hash = am_hash(&p, &f);
 	if ((hash ^ hash_ref) & start_mask)
 		return TCX_NEXT; /* cannot match: the length only grows */
-	am_sample(skb, &p, &f, dir, hash, now);
+	am_sample(skb, &p, &f, dir, hash);
 	return TCX_NEXT;
 }
 

@@ -17,41 +17,35 @@ type HashFields struct {
 	Payload          []byte // the payload after the transport header; the first 8 bytes count
 }
 
-// Hash is the probe's packet hash: MurmurHash3's 32-bit mixing (seed 0) over 16 big-endian
-// words, exactly as bpf/altmark/hash.h computes it, so samples can be matched to packets
-// outside the kernel (tests, analytics).
+// hashK are the odd multipliers of the hash's words.
+var hashK = [7]uint64{0x9e3779b97f4a7c15, 0xc2b2ae3d27d4eb4f, 0x165667b19e3779f9, 0x85ebca77c2b2ae63,
+	0x27d4eb2f165667c5, 0xd6e8feb86659fd93, 0xa0761d6478bd642f}
+
+// Hash is the probe's packet hash, exactly as bpf/altmark/hash.h computes it, so samples can be
+// matched to packets outside the kernel (tests, analytics): seven 64-bit words of invariant
+// fields, each multiplied by its odd constant, summed mod 2^64, then MurmurHash3's 64-bit
+// finalizer; the low 32 bits.
 func Hash(f HashFields) uint32 {
-	var w [16]uint32
 	s, d := f.Src.As16(), f.Dst.As16()
-	for i := range 4 {
-		w[i] = binary.BigEndian.Uint32(s[4*i:])
-		w[4+i] = binary.BigEndian.Uint32(d[4*i:])
-	}
 	var pl [8]byte
 	n := copy(pl[:], f.Payload)
-	w[8] = uint32(f.Proto)
-	w[9] = uint32(f.SrcPort)<<16 | uint32(f.DstPort)
-	w[10] = f.Ident
-	w[11], w[12] = f.Seq, f.Ack
-	w[13] = binary.BigEndian.Uint32(pl[:4])
-	w[14] = binary.BigEndian.Uint32(pl[4:])
-	w[15] = uint32(n)
-	var h uint32
-	for _, k := range w {
-		k *= 0xcc9e2d51
-		k = bits.RotateLeft32(k, 15)
-		k *= 0x1b873593
-		h ^= k
-		h = bits.RotateLeft32(h, 13)
-		h = h*5 + 0xe6546b64
+	w := [7]uint64{
+		binary.LittleEndian.Uint64(s[:8]), binary.LittleEndian.Uint64(s[8:]),
+		binary.LittleEndian.Uint64(d[:8]), binary.LittleEndian.Uint64(d[8:]),
+		uint64(f.Proto) | uint64(f.SrcPort)<<8 | uint64(f.DstPort)<<24 | uint64(f.Ident&0xfffff)<<40 | uint64(n)<<60,
+		uint64(f.Seq) | uint64(f.Ack)<<32,
+		binary.LittleEndian.Uint64(pl[:]),
 	}
-	h ^= uint32(len(w) * 4)
-	h ^= h >> 16
-	h *= 0x85ebca6b
-	h ^= h >> 13
-	h *= 0xc2b2ae35
-	h ^= h >> 16
-	return h
+	var h uint64
+	for i, x := range w {
+		h += x * hashK[i]
+	}
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return uint32(h)
 }
 
 // HashMatch is the number of low bits in which hash equals ref (32: all): a packet is sampled

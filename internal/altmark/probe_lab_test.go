@@ -389,12 +389,10 @@ func TestLabIperfBothCPUs(t *testing.T) {
 	}
 	open("r1", spec(pl.a, "out"), &p1)
 	open("r2", spec(pl.b, "in"), &p2)
-	// The per-CPU sums straight from the counter map (both colors), without zeroing.
+	// The per-CPU sums straight from the counter maps (both colors), without zeroing: the
+	// points' array (dscp) and the hash (FlowMonIDs, malformed packets).
 	perCPU := func(p *Probe) (n int64, cpus []uint64) {
-		var key probeAmCountKey
-		var vals []probeAmCount
-		it := p.objs.AmCounts.Iterate()
-		for it.Next(&key, &vals) {
+		add := func(vals []probeAmCount) {
 			if cpus == nil {
 				cpus = make([]uint64, len(vals))
 			}
@@ -402,6 +400,20 @@ func TestLabIperfBothCPUs(t *testing.T) {
 				cpus[i] += v.Packets
 				n += int64(v.Packets)
 			}
+		}
+		var key probeAmCountKey
+		var vals []probeAmCount
+		it := p.objs.AmCounts.Iterate()
+		for it.Next(&key, &vals) {
+			add(vals)
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		var idx uint32
+		it = p.objs.AmPointCounts.Iterate()
+		for it.Next(&idx, &vals) {
+			add(vals)
 		}
 		if err := it.Err(); err != nil {
 			t.Fatal(err)

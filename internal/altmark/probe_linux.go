@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -58,6 +59,7 @@ type Probe struct {
 	log      *slog.Logger
 	mu       sync.Mutex
 	lastLost uint64 // AM_STAT_SAMPLE_LOST + AM_STAT_TABLE_FULL at the last read
+	lastOff  int64  // CLOCK_TAI - CLOCK_MONOTONIC at the last read
 }
 
 // OpenProbe loads the probe for s and attaches it to every point: the Datapath of the loop.
@@ -168,8 +170,24 @@ func boolU32(b bool) uint32 {
 	return 0
 }
 
-// init sets every point's hash length, the backbone prefixes and the ring readers.
+// init sets every point's hash length, the points' counter slots, the backbone prefixes and
+// the ring readers.
 func (p *Probe) init() error {
+	slots := map[uint32]*probeAmIfslots{}
+	for i, kp := range p.points {
+		if kp.ifindex >= uint32(probeAmLimitAM_IFINDEX_MAX) {
+			continue // counted in am_counts by (ifindex, direction)
+		}
+		if slots[kp.ifindex] == nil {
+			slots[kp.ifindex] = &probeAmIfslots{}
+		}
+		slots[kp.ifindex].Slot[kp.dir] = uint32(i) + 1
+	}
+	for ifindex, v := range slots {
+		if err := p.objs.AmIfslots.Update(&ifindex, v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("altmark probe: point slots of ifindex %d: %w", ifindex, err)
+		}
+	}
 	for c := range 2 {
 		if err := p.resetColor(uint8(c)); err != nil {
 			return err
@@ -342,27 +360,8 @@ func (p *Probe) readCounts(c uint8) (map[rowKey]*Counter, []uint64, error) {
 		sumHi, sumLo                uint64
 	}
 	accs := map[rowKey]*acc{}
-	malformed := make([]uint64, len(p.points))
-	var keys []probeAmCountKey
-	var key probeAmCountKey
-	var vals []probeAmCount
-	it := p.objs.AmCounts.Iterate()
-	for it.Next(&key, &vals) {
-		if key.Color != c {
-			continue
-		}
-		keys = append(keys, key)
-		i, ok := p.byID[pointID{key.Ifindex, key.Dir}]
-		if !ok {
-			continue // not ours (cannot happen: only our points are attached)
-		}
-		if key.Kind == uint8(probeAmKindAM_KIND_MALFORMED) {
-			for _, v := range vals {
-				malformed[i] += v.Packets
-			}
-			continue
-		}
-		rk := rowKey{i, key.Flowmon}
+	// add sums a counter's per-CPU values into its row.
+	add := func(rk rowKey, vals []probeAmCount) {
 		a := accs[rk]
 		if a == nil {
 			a = &acc{}
@@ -383,22 +382,69 @@ func (p *Probe) readCounts(c uint8) (map[rowKey]*Counter, []uint64, error) {
 			a.sumHi += v.SumNsHi + carry
 		}
 	}
+	malformed := make([]uint64, len(p.points))
+	var keys []probeAmCountKey
+	var key probeAmCountKey
+	var vals []probeAmCount
+	it := p.objs.AmCounts.Iterate()
+	for it.Next(&key, &vals) {
+		if key.Color != c {
+			continue
+		}
+		keys = append(keys, key)
+		i, ok := p.byID[pointID{key.Ifindex, key.Dir}]
+		if !ok {
+			continue // not ours (cannot happen: only our points are attached)
+		}
+		if key.Kind == uint8(probeAmKindAM_KIND_MALFORMED) {
+			for _, v := range vals {
+				malformed[i] += v.Packets
+			}
+			continue
+		}
+		add(rowKey{i, key.Flowmon}, vals)
+	}
 	if err := it.Err(); err != nil {
 		return nil, nil, fmt.Errorf("altmark probe: read counters: %w", err)
+	}
+	// The points' own counters (carriers without FlowMonID): sum, then zero.
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, nil, fmt.Errorf("altmark probe: %w", err)
+	}
+	zeros := make([]probeAmCount, cpus)
+	for i := range p.points {
+		idx := uint32(2*i) + uint32(c)
+		if err := p.objs.AmPointCounts.Lookup(&idx, &vals); err != nil {
+			return nil, nil, fmt.Errorf("altmark probe: read counters: %w", err)
+		}
+		if slices.ContainsFunc(vals, func(v probeAmCount) bool { return v.Packets > 0 }) {
+			add(rowKey{i, uint32(probeAmLimitAM_FLOWMON_NONE)}, vals)
+		}
+		if err := p.objs.AmPointCounts.Update(&idx, zeros, ebpf.UpdateExist); err != nil {
+			return nil, nil, fmt.Errorf("altmark probe: zero counters: %w", err)
+		}
 	}
 	for i := range keys {
 		if err := p.objs.AmCounts.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return nil, nil, fmt.Errorf("altmark probe: zero counters: %w", err)
 		}
 	}
+	// The counters' times are CLOCK_MONOTONIC: to TAI with the offset between the clocks, which
+	// changes only when the clock is stepped.
+	off := taiMinusMono()
+	if p.lastOff != 0 && (off-p.lastOff > int64(time.Millisecond) || p.lastOff-off > int64(time.Millisecond)) {
+		p.log.Warn("altmark probe: CLOCK_TAI was stepped: the period's counter times are off by the step", "step_ns", off-p.lastOff)
+	}
+	p.lastOff = off
 	rows := map[rowKey]*Counter{}
 	for k, a := range accs {
 		c := &Counter{Packets: int64(a.packets), Bytes: int64(a.bytes)}
 		if a.packets > 0 {
-			c.FirstTAINs, c.LastTAINs = int64(a.first), int64(a.last)
+			c.FirstTAINs, c.LastTAINs = int64(a.first)+off, int64(a.last)+off
 			if a.sumHi < a.packets {
 				mean, _ := bits.Div64(a.sumHi, a.sumLo, a.packets)
-				c.MeanTAINs = int64(mean)
+				c.MeanTAINs = int64(mean) + off
 			}
 		}
 		rows[k] = c

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/gopacket/gopacket/layers"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/nsrun"
@@ -275,6 +276,10 @@ func TestProbeHashInvariant(t *testing.T) {
 		return setFlowLabel(udp6().Payload(pl).IPv6Ext(layers.IPProtocolIPv6Destination, amOpt(42, l, d)).Bytes(), 0xabcde)
 	}
 	icmp := packet.IP("198.18.0.1", "198.18.1.2").Echo(9, 1, false).Payload([]byte("ping-ts-")).Bytes()
+	// A payload shorter than 8 bytes: at the frame's end (read with bpf_skb_load_bytes) and
+	// followed by Ethernet padding of any content (read in place and masked).
+	short := setIPv4ID(udp4().Payload([]byte("ab")).Bytes(), 5)
+	pad := func(f []byte, b byte) []byte { return append(slices.Clone(f), bytes.Repeat([]byte{b}, 20)...) }
 	a4, b4 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.1.2")
 	a6, b6 := netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00:1::2")
 	cases := []struct {
@@ -292,6 +297,9 @@ func TestProbeHashInvariant(t *testing.T) {
 		{"IPv4 ICMP", carrierDSCP, [][]byte{icmp, setTTL(icmp, 2)},
 			packet.IP("198.18.0.1", "198.18.1.2").Echo(9, 1, false).Payload([]byte("ping-ts+")).Bytes(),
 			HashFields{Src: a4, Dst: b4, Proto: 1, Payload: []byte("ping-ts-")}},
+		{"IPv4 UDP payload of 2 bytes, padded or not", carrierDSCP, [][]byte{short, pad(short, 0), pad(setTTL(short, 4), 0xff)},
+			pad(setIPv4ID(udp4().Payload([]byte("ac")).Bytes(), 5), 0xff),
+			HashFields{Src: a4, Dst: b4, Proto: 17, SrcPort: 5000, DstPort: 6000, Ident: 5, Payload: []byte("ab")}},
 		{"IPv6 AltMark", carrierIPv6AltMrk, [][]byte{v6(false, false), setTTL(v6(false, true), 1), setTOS(v6(false, true), 0xff)},
 			setFlowLabel(v6(false, false), 0xabcdf),
 			HashFields{Src: a6, Dst: b6, Proto: 17, SrcPort: 5000, DstPort: 6000, Ident: 0xabcde, Payload: pl}},
@@ -523,6 +531,56 @@ func TestProbeBackbone(t *testing.T) {
 	}
 	if st, _ := p.Stats(); st["backbone"] != 3 {
 		t.Errorf("backbone %d, want 3", st["backbone"])
+	}
+}
+
+// TestProbeCountsAboveTheSlotTable: a point whose ifindex is above AM_IFINDEX_MAX is counted in
+// the hash map by (ifindex, direction) instead of the points' array, beside a point counted in
+// the array, and Read gives each its own row.
+func TestProbeCountsAboveTheSlotTable(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	ns := testenv.Netns(t)
+	high := int(probeAmLimitAM_IFINDEX_MAX) + 904
+	name := testenv.Name("hi")
+	err := nsrun.Do(ns, func() error {
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, Index: high}, PeerName: name + "p"}); err != nil {
+			return err
+		}
+		s := testSpec()
+		s.Points = []Point{{"lo", "in"}, {name, "in"}}
+		p, err := LoadProbe(s, true)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		in, _ := p.Programs()
+		frame := setTOS(udp4().Payload([]byte("12345678")).Bytes(), 1<<2) // color 1
+		for ifindex, n := range map[int]int{1: 2, high: 3} {
+			for range n {
+				if _, err := progrun.Exec(in, frame, ifindex); err != nil {
+					return err
+				}
+			}
+		}
+		cs, _, err := p.Read(1)
+		if err != nil {
+			return err
+		}
+		got := map[string]int64{}
+		for _, c := range cs {
+			got[c.Ifname] += c.Packets
+			if c.Packets > 0 && (c.Bytes != c.Packets*l3len(frame) || c.FirstTAINs == 0 || c.MeanTAINs < c.FirstTAINs || c.MeanTAINs > c.LastTAINs) {
+				t.Errorf("row %+v", c)
+			}
+		}
+		if got["lo"] != 2 || got[name] != 3 {
+			t.Errorf("packets per interface %v, want lo 2 and %s 3", got, name)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
