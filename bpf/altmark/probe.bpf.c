@@ -118,7 +118,7 @@ static __always_inline __u32 am_match(__u32 hash)
 	return (((v + (v >> 4)) & 0x0f0f0f0f) * 0x01010101) >> 24;
 }
 
-/* am_count_add adds segs packets of bytes to this CPU's counter c, at time now (ns). */
+/* am_count_add adds segs packets of bytes to this CPU's counter c, at TAI time now. */
 static __always_inline void am_count_add(struct am_count *c, __u64 segs, __u64 bytes, __u64 now)
 {
 	__u64 hi, mid, lo;
@@ -197,7 +197,7 @@ static __always_inline void am_add_point(__u32 ifindex, __u32 dir, __u32 color, 
  * probe's clock is in (it has no color of its own). */
 static __always_inline void am_malformed(struct __sk_buff *skb, __u32 dir, int reason)
 {
-	__u64 now = bpf_ktime_get_tai_ns(); /* the color only: malformed rows report packets */
+	__u64 now = bpf_ktime_get_tai_ns();
 	struct am_count_key k = {
 	    .ifindex = skb->ifindex,
 	    .flowmon = AM_FLOWMON_NONE,
@@ -229,7 +229,7 @@ static __always_inline int am_backbone_hit(const struct am_pkt *p)
  * low bits is taken at the current hash length (growing it after NMAX), and writes it to the
  * ring of its color. */
 static __always_inline void am_sample(struct __sk_buff *skb, const struct am_pkt *p,
-				      const struct am_fields *f, __u32 dir, __u32 hash)
+				      const struct am_fields *f, __u32 dir, __u32 hash, __u64 now)
 {
 	struct am_point_key pk = {.ifindex = skb->ifindex, .dir = dir, .color = p->color & 1};
 	__u32 match = am_match(hash), take = 0, grew = 0;
@@ -268,7 +268,7 @@ static __always_inline void am_sample(struct __sk_buff *skb, const struct am_pkt
 		fp_count(&am_stats, AM_STAT_SAMPLE_LOST);
 		return;
 	}
-	s->tai_ns = bpf_ktime_get_tai_ns();
+	s->tai_ns = now;
 	__builtin_memcpy(s->saddr, f->saddr, 16);
 	__builtin_memcpy(s->daddr, f->daddr, 16);
 	s->hash = hash;
@@ -336,9 +336,7 @@ static __always_inline int am_probe(struct __sk_buff *skb, __u32 dir)
 		bytes = len - p.l3_off + (segs - 1) * (p.pl_off - p.l3_off);
 		fp_count(&am_stats, AM_STAT_GSO);
 	}
-	/* CLOCK_MONOTONIC: one call less than bpf_ktime_get_tai_ns (the kernel adds its TAI offset
-	 * in a second function); Go adds the same offset when it reads the counters. */
-	now = bpf_ktime_get_ns();
+	now = bpf_ktime_get_tai_ns();
 	if (carrier == AM_CARRIER_IPV6_ALTMARK) {
 		k.ifindex = skb->ifindex;
 		k.flowmon = p.flowmon;
@@ -355,7 +353,7 @@ static __always_inline int am_probe(struct __sk_buff *skb, __u32 dir)
 	hash = am_hash(&p, &f);
 	if ((hash ^ hash_ref) & start_mask)
 		return TCX_NEXT; /* cannot match: the length only grows */
-	am_sample(skb, &p, &f, dir, hash);
+	am_sample(skb, &p, &f, dir, hash, now);
 	return TCX_NEXT;
 }
 

@@ -56,22 +56,3 @@ func (c taiClock) TAIMinusUTC() int64 {
 	// Whole seconds: the two readings are a few hundred nanoseconds apart.
 	return (tai - rt.Nano() + int64(time.Second)/2) / int64(time.Second) * int64(time.Second)
 }
-
-// taiMinusMono is CLOCK_TAI - CLOCK_MONOTONIC in nanoseconds: constant while nobody steps the
-// clock (both advance at the rate NTP/PTP sets). Of five readings, the one whose two
-// CLOCK_MONOTONIC reads around the CLOCK_TAI read are closest.
-func taiMinusMono() int64 {
-	var off int64
-	best := int64(-1)
-	for range 5 {
-		var a, t, b unix.Timespec
-		if unix.ClockGettime(unix.CLOCK_MONOTONIC, &a) != nil || unix.ClockGettime(unix.CLOCK_TAI, &t) != nil ||
-			unix.ClockGettime(unix.CLOCK_MONOTONIC, &b) != nil {
-			panic("clock_gettime failed") // Linux has had both since 3.10
-		}
-		if d := b.Nano() - a.Nano(); best < 0 || d < best {
-			best, off = d, t.Nano()-(a.Nano()+b.Nano())/2
-		}
-	}
-	return off
-}

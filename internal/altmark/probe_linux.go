@@ -59,7 +59,6 @@ type Probe struct {
 	log      *slog.Logger
 	mu       sync.Mutex
 	lastLost uint64 // AM_STAT_SAMPLE_LOST + AM_STAT_TABLE_FULL at the last read
-	lastOff  int64  // CLOCK_TAI - CLOCK_MONOTONIC at the last read
 }
 
 // OpenProbe loads the probe for s and attaches it to every point: the Datapath of the loop.
@@ -430,21 +429,14 @@ func (p *Probe) readCounts(c uint8) (map[rowKey]*Counter, []uint64, error) {
 			return nil, nil, fmt.Errorf("altmark probe: zero counters: %w", err)
 		}
 	}
-	// The counters' times are CLOCK_MONOTONIC: to TAI with the offset between the clocks, which
-	// changes only when the clock is stepped.
-	off := taiMinusMono()
-	if p.lastOff != 0 && (off-p.lastOff > int64(time.Millisecond) || p.lastOff-off > int64(time.Millisecond)) {
-		p.log.Warn("altmark probe: CLOCK_TAI was stepped: the period's counter times are off by the step", "step_ns", off-p.lastOff)
-	}
-	p.lastOff = off
 	rows := map[rowKey]*Counter{}
 	for k, a := range accs {
 		c := &Counter{Packets: int64(a.packets), Bytes: int64(a.bytes)}
 		if a.packets > 0 {
-			c.FirstTAINs, c.LastTAINs = int64(a.first)+off, int64(a.last)+off
+			c.FirstTAINs, c.LastTAINs = int64(a.first), int64(a.last)
 			if a.sumHi < a.packets {
 				mean, _ := bits.Div64(a.sumHi, a.sumLo, a.packets)
-				c.MeanTAINs = int64(mean) + off
+				c.MeanTAINs = int64(mean)
 			}
 		}
 		rows[k] = c
