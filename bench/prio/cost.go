@@ -75,20 +75,32 @@ func (b *bench) classifierCost() error {
 }
 
 // throughputCost runs one TCP flow s1 → d1 with r1's bottleneck unshaped (HTB far above what
-// the CPUs can forward), in interleaved rounds: plain forwarding, the host writer and an HTB
-// tree of one class (fifo: the classifier returns at once), and the writer with the backlog
-// classifier.
+// the CPUs can forward), in interleaved rounds: plain forwarding, then the host writer and the
+// router's parts alone and together (fifo: an HTB tree of one class, the classifier returns at
+// once; backlog: the classifier reads every packet).
 func (b *bench) throughputCost(ctx context.Context) error {
 	const rounds = 5
 	const unshaped = 100e9
 	dst := netip.MustParseAddrPort(splitFirst(b.dsts)).String()
-	arms := []string{"plain forwarding", "host writer + HTB (fifo)", "host writer + classifier (backlog)"}
+	type arm struct {
+		name   string
+		writer bool   // the generator runs in the host writer's cgroup
+		scheme string // the router's scheme, "" for none
+	}
+	arms := []arm{
+		{"plain forwarding", false, ""},
+		{"host writer", true, ""},
+		{"HTB (fifo)", false, "fifo"},
+		{"classifier (backlog) + HTB", false, "backlog"},
+		{"host writer + HTB (fifo)", true, "fifo"},
+		{"host writer + classifier (backlog) + HTB", true, "backlog"},
+	}
 	got := map[string][]float64{}
 	for round := range rounds {
-		for i, arm := range arms {
-			slog.Info("throughput cost", "round", round+1, "arm", arm)
+		for _, a := range arms {
+			slog.Info("throughput cost", "round", round+1, "arm", a.name)
 			measure := func() error {
-				out, err := b.gen(ctx, "s1", i > 0, "long", "-dst", dst, "-n", "1", "-at", strconv.FormatInt(time.Now().Add(2*time.Second).UnixMilli(), 10), "-d", "6s")
+				out, err := b.gen(ctx, "s1", a.writer, "long", "-dst", dst, "-n", "1", "-at", strconv.FormatInt(time.Now().Add(2*time.Second).UnixMilli(), 10), "-d", "6s")
 				if err != nil {
 					return err
 				}
@@ -96,21 +108,14 @@ func (b *bench) throughputCost(ctx context.Context) error {
 				if err := json.Unmarshal(out, &r); err != nil || len(r.Bps) != 1 {
 					return fmt.Errorf("generator output %q: %v", out, err)
 				}
-				got[arm] = append(got[arm], r.Bps[0])
+				got[a.name] = append(got[a.name], r.Bps[0])
 				return nil
 			}
 			var err error
-			switch i {
-			case 0:
+			if a.scheme == "" {
 				err = measure()
-			case 1:
-				p, perr := b.policy("fifo", nil)
-				if perr != nil {
-					return perr
-				}
-				err = b.withRouter(p, unshaped, measure)
-			case 2:
-				p, perr := b.policy("backlog", nil)
+			} else {
+				p, perr := b.policy(a.scheme, nil)
 				if perr != nil {
 					return perr
 				}
@@ -126,10 +131,10 @@ func (b *bench) throughputCost(ctx context.Context) error {
 		Title:   "Cost: one TCP flow through an unshaped r1 (median of interleaved rounds)",
 		Columns: []string{"arm", "Gbit/s", "ratio to plain"},
 	}
-	base := percentile(got[arms[0]], 50)
-	for _, arm := range arms {
-		m := percentile(got[arm], 50)
-		t.Add(arm, m/1e9, m/base)
+	base := percentile(got[arms[0].name], 50)
+	for _, a := range arms {
+		m := percentile(got[a.name], 50)
+		t.Add(a.name, m/1e9, m/base)
 	}
 	note := "the senders' TSO/GSO are off (as for the other experiments: the bottleneck must see MTU-sized packets), so one flow is CPU-bound at a few Gbit/s and the per-packet cost shows in full"
 	if b.c.offload {
