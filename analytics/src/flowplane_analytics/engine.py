@@ -3,7 +3,10 @@ the dataset read the same way on either."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,21 +93,48 @@ def connect(opts: Options) -> Any:
 
 @dataclass
 class Dataset:
+    """The records, normalised: samples carry small integer ids of their measurement point
+    (``mp``, defined in ``mps``) and of their 5-tuple (``flow``, defined in ``flows``), so the
+    heavy joins and groupings of the metrics run on integers, never on strings."""
+
     counters: ir.Table  # one row per (probe, period, ifname, direction), summed over FlowMonIDs
-    samples: ir.Table  # samples of complete periods only
-    raw_counters: ir.Table
+    samples: ir.Table  # (period, mp, hash, tai_ns, flow), samples of complete periods only
+    mps: ir.Table  # (mp, probe, ifname, direction)
+    flows: ir.Table  # (flow, src_addr, dst_addr, proto, src_port, dst_port)
+    layout: str = "raw"  # "raw" (Hive-partitioned, as probes write it) or "compact"
+
+
+TUPLE = ("src_addr", "dst_addr", "proto", "src_port", "dst_port")
+COMPACT = "compact"  # the compacted copy of a dataset: <root>/compact/
+_COMPACT_VERSION = 1
+
+_EMPTY_SAMPLES = {
+    "probe": "string",
+    "period": "int64",
+    "ifname": "string",
+    "direction": "string",
+    "hash": "int64",
+    "tai_ns": "int64",
+    "src_addr": "string",
+    "dst_addr": "string",
+    "proto": "int32",
+    "src_port": "int32",
+    "dst_port": "int32",
+}
 
 
 def _is_local(root: str) -> bool:
     return "://" not in root or root.startswith("file://")
 
 
+def _local(path: str) -> Path:
+    return Path(path.removeprefix("file://"))
+
+
 def _read(con: Any, root: str, table: str) -> ir.Table | None:
     base = root.rstrip("/") + "/" + table
-    if _is_local(root):
-        local = Path(base.removeprefix("file://"))
-        if not any(local.glob("probe=*/period=*/part-0.parquet")):
-            return None
+    if _is_local(root) and not any(_local(base).glob("probe=*/period=*/part-0.parquet")):
+        return None
     if con.name == "duckdb":
         return con.read_parquet(
             f"{base}/probe=*/period=*/part-0.parquet", hive_partitioning=True, union_by_name=True
@@ -112,8 +142,18 @@ def _read(con: Any, root: str, table: str) -> ir.Table | None:
     return con.read_parquet(base, mergeSchema="true")
 
 
-def load(con: Any, root: str | Path, cache: bool = True) -> Dataset:
-    """The dataset under root (a local directory, or hdfs:// / s3a:// with Spark)."""
+def _counter_files(root: str) -> int:
+    return sum(1 for _ in _local(root).glob("counters/probe=*/period=*/part-0.parquet"))
+
+
+def _numbered(t: ir.Table, name: str, keys: list[str]) -> ir.Table:
+    """The distinct rows of t with a dense integer id (0, 1, …) in key order."""
+    d = t.select(*keys).distinct()
+    return d.mutate(**{name: ibis.row_number().over(order_by=keys).cast("int32")})
+
+
+def load_raw(con: Any, root: str | Path) -> Dataset:
+    """The Hive-partitioned records under root, normalised (lazily: nothing runs yet)."""
     root = str(root)
     c = _read(con, root, "counters")
     if c is None:
@@ -129,41 +169,102 @@ def load(con: Any, root: str | Path, cache: bool = True) -> Dataset:
     )
     s = _read(con, root, "samples")
     if s is None:
-        s = ibis.memtable(
-            {
-                "probe": [],
-                "period": [],
-                "ifname": [],
-                "direction": [],
-                "hash": [],
-                "tai_ns": [],
-                "src_addr": [],
-                "dst_addr": [],
-                "proto": [],
-                "src_port": [],
-                "dst_port": [],
-            },
-            schema={
-                "probe": "string",
-                "period": "int64",
-                "ifname": "string",
-                "direction": "string",
-                "hash": "int64",
-                "tai_ns": "int64",
-                "src_addr": "string",
-                "dst_addr": "string",
-                "proto": "int32",
-                "src_port": "int32",
-                "dst_port": "int32",
-            },
-        )
+        s = ibis.memtable({k: [] for k in _EMPTY_SAMPLES}, schema=_EMPTY_SAMPLES)
     else:
         s = s.mutate(probe=s.probe.cast("string"), period=s.period.cast("int64"))
     # A samples file without its counters file is not a complete period: ignore it.
     complete = agg.select("probe", "period").distinct()
     s = s.semi_join(complete, ["probe", "period"])
+    key = ["probe", "ifname", "direction"]
+    mps = _numbered(agg.select(*key).union(s.select(*key)), "mp", key)
+    flows = _numbered(s, "flow", list(TUPLE))
+    # left join on the 5-tuple: a sample with a NULL field gets a NULL flow (it then matches
+    # no other sample's 5-tuple, as a NULL field compares to nothing).
+    sj = s.left_join(flows, list(TUPLE)).join(mps, key)
+    samples = sj.select(sj.period, sj.mp, sj.hash.cast("int64"), sj.tai_ns.cast("int64"), sj.flow)
+    return Dataset(counters=agg, samples=samples, mps=mps, flows=flows, layout="raw")
+
+
+def _compact_meta(root: str) -> dict[str, Any] | None:
+    f = _local(root) / COMPACT / "meta.json"
+    try:
+        return json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def load_compact(con: Any, root: str | Path) -> Dataset:
+    base = str(root).rstrip("/") + "/" + COMPACT
+
+    def rd(name: str) -> ir.Table:
+        if con.name == "duckdb":
+            return con.read_parquet(f"{base}/{name}/*.parquet")
+        return con.read_parquet(f"{base}/{name}")
+
+    return Dataset(
+        counters=rd("counters"),
+        samples=rd("samples"),
+        mps=rd("mps"),
+        flows=rd("flows"),
+        layout="compact",
+    )
+
+
+def load(con: Any, root: str | Path, cache: bool = True, layout: str = "auto") -> Dataset:
+    """The dataset under root (a local directory, or hdfs:// / s3a:// with Spark).
+
+    layout "auto" reads root/compact/ when `compact` wrote it and no period was added since
+    (the number of counters files is unchanged), else the Hive-partitioned records."""
+    root = str(root)
+    if layout == "auto":
+        layout = "raw"
+        if _is_local(root):
+            meta = _compact_meta(root)
+            if meta is not None:
+                if meta.get("counter_files") == _counter_files(root):
+                    layout = "compact"
+                else:
+                    print(
+                        f"flowplane-analytics: {root}/{COMPACT} is stale (periods were added "
+                        "since `compact`): reading the partitioned records",
+                        file=sys.stderr,
+                    )
+    ds = load_compact(con, root) if layout == "compact" else load_raw(con, root)
     if con.name == "pyspark" and cache:
         # Each metric reads the counters and samples several times (both sides of the
         # matching, the hash lengths): Spark would rescan the Parquet files for each.
-        agg, s = agg.cache(), s.cache()
-    return Dataset(counters=agg, samples=s, raw_counters=c)
+        ds.counters, ds.samples = ds.counters.cache(), ds.samples.cache()
+    return ds
+
+
+def compact(con: Any, root: str | Path, row_group_size: int = 1 << 20) -> dict[str, Any]:
+    """Writes root/compact/: the normalised tables of the partitioned records (counters summed
+    per interface, the dictionaries of points and 5-tuples, the samples as integer columns
+    ordered by period) in a few large files. Rebuilt from scratch each time; until it is
+    re-run after new periods arrive, `load` ignores it."""
+    root = str(root)
+    if not _is_local(root):
+        raise ValueError(f"{root}: compact writes local datasets only")
+    n_files = _counter_files(root)
+    ds = load_raw(con, root)
+    final = _local(root) / COMPACT
+    tmp = _local(root) / f".{COMPACT}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tables = {
+        "counters": ds.counters.order_by(["period", "probe", "ifname", "direction"]),
+        "mps": ds.mps,
+        "flows": ds.flows,
+        "samples": ds.samples.order_by(["period", "mp"]),
+    }
+    for name, t in tables.items():
+        d = tmp / name
+        if con.name == "duckdb":
+            d.mkdir(parents=True)
+            con.to_parquet(t, d / "part-0.parquet", row_group_size=row_group_size)
+        else:
+            con.to_parquet(t, str(d))
+    meta = {"version": _COMPACT_VERSION, "counter_files": n_files}
+    (tmp / "meta.json").write_text(json.dumps(meta))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return meta
