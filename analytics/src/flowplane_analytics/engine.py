@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import ibis
+import ibis.expr.datatypes as dt
+import ibis.expr.operations as ops
 import ibis.expr.types as ir
 
 ENGINES = ("duckdb", "spark")
@@ -250,8 +252,14 @@ def compact(con: Any, root: str | Path, row_group_size: int = 1 << 20) -> dict[s
     final = _local(root) / COMPACT
     tmp = _local(root) / f".{COMPACT}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
+    c = ds.counters
+    # DuckDB sums BIGINT into HUGEINT, which Parquet stores as DOUBLE: keep the sums int64
+    # (ops.Cast directly: Value.cast skips a cast to the type Ibis already believes it has).
+    c = c.mutate(
+        **{k: ops.Cast(c[k], to=dt.int64).to_expr() for k in ("packets", "bytes", "malformed")}
+    )
     tables = {
-        "counters": ds.counters.order_by(["period", "probe", "ifname", "direction"]),
+        "counters": c.order_by(["period", "probe", "ifname", "direction"]),
         "mps": ds.mps,
         "flows": ds.flows,
         "samples": ds.samples.order_by(["period", "mp"]),
