@@ -167,3 +167,21 @@ def test_compact_layout_same_answers(eng, cons, results, truth_dataset, lab6, la
     d = engine.load(con, root)
     assert all(t.is_integer() for t in d.samples.schema().types), d.samples.schema()
     assert d.counters.schema()["packets"].is_integer()
+
+
+@pytest.mark.parametrize("eng", ENGINES)
+def test_batched_by_periods_same_answers(eng, cons, results, truth_dataset, lab6, lab6_clusters):
+    """loss and delay run in queries of a few periods each equal the single query."""
+    from flowplane_analytics import engine, metrics
+
+    root, _ = truth_dataset
+    con = cons(eng)
+    ds = engine.load(con, root)
+    m, a = metrics.membership(lab6, lab6_clusters)
+    k = ["period", "cluster"]
+    for batch in (1, 2):
+        for name, f in (("loss", metrics.loss), ("delay", metrics.delay)):
+            got = engine.execute_by_periods(con, ds, lambda d, f=f: f(d, m, a), batch)
+            pd.testing.assert_frame_equal(
+                _norm(got, k), _norm(results(eng)[name], k), check_exact=True
+            )

@@ -35,6 +35,13 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--memory-limit", help="DuckDB memory limit, e.g. 2GB (spills beyond it)")
     g.add_argument("--temp-dir", help="DuckDB spill directory")
     g.add_argument("--threads", type=int, help="DuckDB threads")
+    g.add_argument(
+        "--batch-periods",
+        type=int,
+        metavar="N",
+        help="run loss and delay in queries of N periods each (same answer; keeps a large "
+        "dataset's joins and sorts in memory)",
+    )
 
 
 def _out_args(p: argparse.ArgumentParser) -> None:
@@ -188,6 +195,7 @@ def _opts(a: argparse.Namespace) -> engine.Options:
         memory_limit=a.memory_limit,
         temp_dir=a.temp_dir,
         threads=a.threads,
+        batch_periods=getattr(a, "batch_periods", None),
     )
 
 
@@ -302,7 +310,9 @@ def run(argv: Sequence[str]) -> int:
         return 0
     con, ds, net, cs, members, aliases = _setup(a)
     if a.cmd == "loss":
-        df = con.execute(metrics.loss(ds, members, aliases))
+        df = engine.execute_by_periods(
+            con, ds, lambda d: metrics.loss(d, members, aliases), a.batch_periods
+        )
         output.emit(df, a.format, a.output)
         alarms = df[df["alarm"] != ""]
         if len(alarms):
@@ -323,7 +333,10 @@ def run(argv: Sequence[str]) -> int:
                 return EXIT_ALARM
         return 0
     if a.cmd == "delay":
-        output.emit(con.execute(metrics.delay(ds, members, aliases)), a.format, a.output)
+        df = engine.execute_by_periods(
+            con, ds, lambda d: metrics.delay(d, members, aliases), a.batch_periods
+        )
+        output.emit(df, a.format, a.output)
         return 0
     if a.cmd == "paths":
         expr = metrics.paths(ds, aliases)

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import ibis
 import ibis.expr.datatypes as dt
 import ibis.expr.operations as ops
 import ibis.expr.types as ir
+import pandas as pd
 
 ENGINES = ("duckdb", "spark")
 
@@ -30,6 +32,7 @@ class Options:
     threads: int | None = None
     shuffle_partitions: int | None = None  # Spark; default 8 in local mode
     spark_conf: dict[str, str] | None = None  # more Spark settings
+    batch_periods: int | None = None  # run loss/delay in queries of this many periods
 
 
 def spark_session(
@@ -276,3 +279,38 @@ def compact(con: Any, root: str | Path, row_group_size: int = 1 << 20) -> dict[s
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return meta
+
+
+def restrict(ds: Dataset, first: int, last: int) -> Dataset:
+    """The dataset's periods first..last (inclusive)."""
+
+    def f(t: ir.Table) -> ir.Table:
+        return t.filter((t.period >= first) & (t.period <= last))
+
+    return Dataset(
+        counters=f(ds.counters),
+        samples=f(ds.samples),
+        mps=ds.mps,
+        flows=ds.flows,
+        layout=ds.layout,
+    )
+
+
+def execute_by_periods(
+    con: Any, ds: Dataset, build: Callable[[Dataset], ir.Table], batch: int | None
+) -> pd.DataFrame:
+    """build(ds) executed, in one query or (batch > 0) in queries of `batch` consecutive
+    periods each, concatenated in period order. Every metric is per period, so the answer is
+    the same; smaller queries keep a large dataset's joins and sorts in memory (DuckDB)."""
+    if not batch:
+        return con.execute(build(ds))
+    ps = con.execute(ds.counters.select("period").distinct().order_by("period"))["period"]
+    ps = [int(p) for p in ps]
+    if not ps:
+        return con.execute(build(ds))
+    parts = []
+    for i in range(0, len(ps), batch):
+        chunk = ps[i : i + batch]
+        parts.append(con.execute(build(restrict(ds, chunk[0], chunk[-1]))))
+    df = pd.concat(parts, ignore_index=True)
+    return df.astype(parts[0].dtypes.to_dict()) if len(parts[0]) else df
