@@ -157,9 +157,8 @@ def _numbered(t: ir.Table, name: str, keys: list[str]) -> ir.Table:
     return d.mutate(**{name: ibis.row_number().over(order_by=keys).cast("int32")})
 
 
-def load_raw(con: Any, root: str | Path) -> Dataset:
-    """The Hive-partitioned records under root, normalised (lazily: nothing runs yet)."""
-    root = str(root)
+def _raw_tables(con: Any, root: str) -> tuple[ir.Table, ir.Table]:
+    """(counters summed per interface, samples of complete periods) as the records hold them."""
     c = _read(con, root, "counters")
     if c is None:
         raise FileNotFoundError(f"{root}: no counters/probe=*/period=*/part-0.parquet")
@@ -179,15 +178,28 @@ def load_raw(con: Any, root: str | Path) -> Dataset:
         s = s.mutate(probe=s.probe.cast("string"), period=s.period.cast("int64"))
     # A samples file without its counters file is not a complete period: ignore it.
     complete = agg.select("probe", "period").distinct()
-    s = s.semi_join(complete, ["probe", "period"])
-    key = ["probe", "ifname", "direction"]
-    mps = _numbered(agg.select(*key).union(s.select(*key)), "mp", key)
+    return agg, s.semi_join(complete, ["probe", "period"])
+
+
+_KEY = ["probe", "ifname", "direction"]
+
+
+def _normalised(s: ir.Table, mps: ir.Table, flows: ir.Table) -> ir.Table:
+    """Samples as (period, mp, hash, tai_ns, flow). A left join on the 5-tuple: a sample with
+    a NULL field gets a NULL flow (it then matches no other sample's 5-tuple, as a NULL field
+    compares to nothing)."""
+    sj = s.left_join(flows, list(TUPLE)).join(mps, _KEY)
+    return sj.select(sj.period, sj.mp, sj.hash.cast("int64"), sj.tai_ns.cast("int64"), sj.flow)
+
+
+def load_raw(con: Any, root: str | Path) -> Dataset:
+    """The Hive-partitioned records under root, normalised (lazily: nothing runs yet)."""
+    agg, s = _raw_tables(con, str(root))
+    mps = _numbered(agg.select(*_KEY).union(s.select(*_KEY)), "mp", _KEY)
     flows = _numbered(s, "flow", list(TUPLE))
-    # left join on the 5-tuple: a sample with a NULL field gets a NULL flow (it then matches
-    # no other sample's 5-tuple, as a NULL field compares to nothing).
-    sj = s.left_join(flows, list(TUPLE)).join(mps, key)
-    samples = sj.select(sj.period, sj.mp, sj.hash.cast("int64"), sj.tai_ns.cast("int64"), sj.flow)
-    return Dataset(counters=agg, samples=samples, mps=mps, flows=flows, layout="raw")
+    return Dataset(
+        counters=agg, samples=_normalised(s, mps, flows), mps=mps, flows=flows, layout="raw"
+    )
 
 
 def _compact_meta(root: str) -> dict[str, Any] | None:
@@ -203,12 +215,14 @@ def load_compact(con: Any, root: str | Path) -> Dataset:
 
     def rd(name: str) -> ir.Table:
         if con.name == "duckdb":
-            return con.read_parquet(f"{base}/{name}/*.parquet")
+            pattern = "*/*.parquet" if name == "samples" else "*.parquet"
+            return con.read_parquet(f"{base}/{name}/{pattern}", hive_partitioning=False)
         return con.read_parquet(f"{base}/{name}")
 
+    s = rd("samples")
     return Dataset(
         counters=rd("counters"),
-        samples=rd("samples"),
+        samples=s.select("period", "mp", "hash", "tai_ns", "flow"),
         mps=rd("mps"),
         flows=rd("flows"),
         layout="compact",
@@ -242,43 +256,70 @@ def load(con: Any, root: str | Path, cache: bool = True, layout: str = "auto") -
     return ds
 
 
-def compact(con: Any, root: str | Path, row_group_size: int = 1 << 20) -> dict[str, Any]:
-    """Writes root/compact/: the normalised tables of the partitioned records (counters summed
-    per interface, the dictionaries of points and 5-tuples, the samples as integer columns
-    ordered by period) in a few large files. Rebuilt from scratch each time; until it is
-    re-run after new periods arrive, `load` ignores it."""
+def compact(
+    con: Any, root: str | Path, periods_per_part: int = 100, row_group_size: int = 1 << 20
+) -> dict[str, Any]:
+    """Writes root/compact/: the normalised tables of the partitioned records, in a few large
+    files: counters summed per interface, the dictionaries of points (``mps``) and 5-tuples
+    (``flows``), and the samples as integer columns, one part per `periods_per_part`
+    consecutive periods (``samples/chunk=N/``), ordered by period. Part by part, so memory
+    stays bounded whatever the size. Rebuilt from scratch each time; until it is re-run after
+    new periods arrive, `load` ignores it."""
     root = str(root)
     if not _is_local(root):
         raise ValueError(f"{root}: compact writes local datasets only")
     n_files = _counter_files(root)
-    ds = load_raw(con, root)
+    agg, s = _raw_tables(con, root)
     final = _local(root) / COMPACT
     tmp = _local(root) / f".{COMPACT}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    c = ds.counters
-    # DuckDB sums BIGINT into HUGEINT, which Parquet stores as DOUBLE: keep the sums int64
-    # (ops.Cast directly: Value.cast skips a cast to the type Ibis already believes it has).
-    c = c.mutate(
-        **{k: ops.Cast(c[k], to=dt.int64).to_expr() for k in ("packets", "bytes", "malformed")}
-    )
-    tables = {
-        "counters": c.order_by(["period", "probe", "ifname", "direction"]),
-        "mps": ds.mps,
-        "flows": ds.flows,
-        "samples": ds.samples.order_by(["period", "mp"]),
-    }
-    for name, t in tables.items():
-        d = tmp / name
+    tmp.mkdir(parents=True)
+
+    def write(t: ir.Table, rel: str) -> None:
+        d = tmp / rel
         if con.name == "duckdb":
             d.mkdir(parents=True)
             con.to_parquet(t, d / "part-0.parquet", row_group_size=row_group_size)
         else:
             con.to_parquet(t, str(d))
+
+    # The dictionaries, from one pass over the samples (a few thousand distinct rows).
+    sch = s.select(*_KEY, *TUPLE).schema()
+    seen = con.execute(s.select(*_KEY, *TUPLE).distinct())
+    seen_c = con.execute(agg.select(*_KEY).distinct())
+    keys = ibis.memtable(
+        pd.concat([seen_c, seen[_KEY]], ignore_index=True).drop_duplicates(),
+        schema={k: sch[k] for k in _KEY},
+    )
+    tuples = ibis.memtable(seen[list(TUPLE)].drop_duplicates(), schema={k: sch[k] for k in TUPLE})
+    write(_numbered(keys, "mp", _KEY), "mps")
+    write(_numbered(tuples, "flow", list(TUPLE)), "flows")
+    c = agg
+    # DuckDB sums BIGINT into HUGEINT, which Parquet stores as DOUBLE: keep the sums int64
+    # (ops.Cast directly: Value.cast skips a cast to the type Ibis already believes it has).
+    c = c.mutate(
+        **{k: ops.Cast(c[k], to=dt.int64).to_expr() for k in ("packets", "bytes", "malformed")}
+    )
+    write(c.order_by(["period", *_KEY]), "counters")
+    mps, flows = _read_dir(con, tmp / "mps"), _read_dir(con, tmp / "flows")
+    periods = sorted(int(p) for p in con.execute(agg.select("period").distinct())["period"])
+    for i in range(0, len(periods), periods_per_part):
+        first, last = periods[i], periods[min(i + periods_per_part, len(periods)) - 1]
+        part = s.filter((s.period >= first) & (s.period <= last))
+        write(_normalised(part, mps, flows).order_by(["period", "mp"]), f"samples/chunk={i:09d}")
+    if not periods:
+        write(_normalised(s, mps, flows), "samples/chunk=000000000")
     meta = {"version": _COMPACT_VERSION, "counter_files": n_files}
     (tmp / "meta.json").write_text(json.dumps(meta))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return meta
+
+
+def _read_dir(con: Any, d: Path) -> ir.Table:
+    if con.name == "duckdb":
+        return con.read_parquet(f"{d}/*.parquet", hive_partitioning=False)
+    return con.read_parquet(str(d))
 
 
 def restrict(ds: Dataset, first: int, last: int) -> Dataset:
