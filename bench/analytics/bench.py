@@ -17,7 +17,8 @@ Environment: BENCH_PACKETS=23,230 (sizes; add 2300 for 10⁸ samples: generating
 takes ~15 minutes once, compacting it ~3), BENCH_PERIODS=1000, BENCH_ENGINES=duckdb,spark,
 BENCH_DATA=DIR (default bench/results/analytics-data, kept between runs and reused),
 BENCH_DUCKDB_MEMORY=1GB (DuckDB memory_limit; it spills beyond it), BENCH_DUCKDB_THREADS=2,
-BENCH_SPARK_MAX_SAMPLES=20000000 (larger sizes run on DuckDB only),
+BENCH_SPARK_MAX_SAMPLES=20000000 (larger sizes run on DuckDB only), BENCH_BATCH_PERIODS
+(periods per query; default: the CLI's, 100 on DuckDB, one query on Spark),
 BENCH_REMEASURE=0 (reuse the timings of an earlier run kept under BENCH_DATA: lets sizes be
 measured in separate runs and tabulated together).
 """
@@ -106,9 +107,11 @@ def measure(engine_name: str, root: str, out: str) -> None:
     t1 = time.time()
     ds = engine.load(con, root, cache=False, layout="compact")
     m, a = metrics.membership(net, cs)
-    loss = con.execute(metrics.loss(ds, m, a))
+    b = os.environ.get("BENCH_BATCH_PERIODS")
+    batch = int(b) if b else None  # None: the default (DuckDB: 100 periods per query)
+    loss = engine.execute_by_periods(con, ds, lambda d: metrics.loss(d, m, a), batch)
     t2 = time.time()
-    delay = con.execute(metrics.delay(ds, m, a))
+    delay = engine.execute_by_periods(con, ds, lambda d: metrics.delay(d, m, a), batch)
     t3 = time.time()
     k = ["period", "cluster"]
     loss.sort_values(k).reset_index(drop=True).to_parquet(out + ".loss.parquet")

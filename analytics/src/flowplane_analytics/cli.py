@@ -40,7 +40,8 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="run loss and delay in queries of N periods each (same answer; keeps a large "
-        "dataset's joins and sorts in memory)",
+        f"dataset's joins and sorts in memory). Default: {engine.AUTO_BATCH} with DuckDB on "
+        "a compacted dataset, else 0 (one query)",
     )
 
 
@@ -195,7 +196,6 @@ def _opts(a: argparse.Namespace) -> engine.Options:
         memory_limit=a.memory_limit,
         temp_dir=a.temp_dir,
         threads=a.threads,
-        batch_periods=getattr(a, "batch_periods", None),
     )
 
 
