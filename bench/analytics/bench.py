@@ -20,7 +20,8 @@ BENCH_DUCKDB_MEMORY=1GB (DuckDB memory_limit; it spills beyond it), BENCH_DUCKDB
 BENCH_SPARK_MAX_SAMPLES=20000000 (larger sizes run on DuckDB only), BENCH_BATCH_PERIODS
 (periods per query; default: the CLI's, 100 on DuckDB, one query on Spark),
 BENCH_REMEASURE=0 (reuse the timings of an earlier run kept under BENCH_DATA: lets sizes be
-measured in separate runs and tabulated together).
+measured in separate runs and tabulated together; or a list of the stages to measure again,
+e.g. BENCH_REMEASURE=duckdb).
 """
 
 from __future__ import annotations
@@ -186,7 +187,14 @@ def main() -> int:
         os.environ.get("BENCH_DATA", REPO / "bench" / "results" / "analytics-data")
     )
     spark_max = int(os.environ.get("BENCH_SPARK_MAX_SAMPLES", "20000000"))
-    remeasure = os.environ.get("BENCH_REMEASURE", "1") == "1"
+    rm = os.environ.get("BENCH_REMEASURE", "1")
+    redo = (
+        {"compact", *engines}
+        if rm == "1"
+        else set()
+        if rm == "0"
+        else set(rm.split(","))
+    )
     results = []
     for k in sizes:
         name = f"k{k}-p{periods}"
@@ -194,14 +202,14 @@ def main() -> int:
         meta = generate(root, k, periods)
         row = {**meta}
         out = str(data / f"{name}-compact")
-        if remeasure or not Path(out + ".json").exists():
+        if "compact" in redo or not Path(out + ".json").exists():
             _run("compact", str(root), out)
         row["compact"] = json.loads(Path(out + ".json").read_text())
         for eng in engines:
             if eng == "spark" and meta["samples"] > spark_max:
                 continue
             out = str(data / f"{name}-{eng}")
-            if remeasure or not Path(out + ".json").exists():
+            if eng in redo or not Path(out + ".json").exists():
                 _run("measure", eng, str(root), out)
             row[eng] = json.loads(Path(out + ".json").read_text())
         if "duckdb" in row and "spark" in row:
