@@ -121,3 +121,35 @@ def test_json_numbers_stay_numbers(tmp_path):
     emit(df, "json", stream=out)
     rows = [json.loads(line) for line in out.getvalue().splitlines()]
     assert rows == [{"loss": 5, "rate": 0.25, "n": 1}, {"loss": None, "rate": None, "n": 2}]
+
+
+def test_compact(ds, tmp_path, capsys):
+    """`compact` writes DATA/compact/; loss and delay read it by default and equal the
+    partitioned records' answers; once a period is added it is stale and ignored."""
+    import shutil
+
+    root = tmp_path / "ds"
+    shutil.copytree(ds, root)
+    want = {}
+    for m in ("loss", "delay"):
+        assert main([m, "-d", str(root), "-t", TOPO, "--format", "csv"]) == 0
+        want[m] = capsys.readouterr().out
+    assert main(["compact", "-d", str(root)]) == 0
+    assert "compact: " in capsys.readouterr().err
+    assert (root / "compact" / "samples").is_dir()
+    for m in ("loss", "delay"):
+        for layout in ("auto", "compact"):
+            args = [m, "-d", str(root), "-t", TOPO, "--format", "csv", "--layout", layout]
+            assert main(args) == 0
+            assert capsys.readouterr().out == want[m]
+    # a new period arrives: compact/ is stale, the partitioned records are read (and said so)
+    assert (
+        main(["synth", TOPO, "-d", str(tmp_path / "more"), "--periods", "3", "--lab-ifnames"]) == 0
+    )
+    for d in (tmp_path / "more" / "counters").glob("probe=*/period=*"):
+        if not (root / "counters" / d.parent.name / d.name).exists():
+            shutil.copytree(d, root / "counters" / d.parent.name / d.name)
+    capsys.readouterr()
+    assert main(["loss", "-d", str(root), "-t", TOPO, "--format", "csv"]) == 0
+    cap = capsys.readouterr()
+    assert "stale" in cap.err and cap.out != want["loss"]

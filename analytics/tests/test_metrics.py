@@ -132,3 +132,56 @@ def test_hash_length_filter(results, truth_dataset, lab6_clusters):
         assert df.loc[(int(n), wire.id)].matched == len(m)
         assert len(at(g, pin)) > len(m) or bits == 3
     assert grown  # the case is exercised
+
+
+@pytest.mark.parametrize("eng", ENGINES)
+def test_compact_layout_same_answers(eng, cons, results, truth_dataset, lab6, lab6_clusters):
+    """`compact` (run by the engine itself) rewrites the records into root/compact/; loss,
+    delay and paths read from it equal those read from the partitioned records, exactly."""
+    import shutil
+
+    from conftest import Run
+
+    from flowplane_analytics import engine
+
+    src, _ = truth_dataset
+    root = src.parent / f"compact-{eng}"
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(src, root)
+    con = cons(eng)
+    meta = engine.compact(con, root)
+    assert meta["counter_files"] == len(list(root.glob("counters/probe=*/period=*/*.parquet")))
+    assert engine.load(con, root).layout == "compact"
+    r = Run(con, root, lab6, lab6_clusters)
+    want = results(eng)
+    k = ["period", "cluster"]
+    pk = ["period", "hash", *TUPLE, "hop"]
+    pd.testing.assert_frame_equal(_norm(r.loss(), k), _norm(want["loss"], k), check_dtype=False)
+    pd.testing.assert_frame_equal(
+        _norm(r.delay(), k), _norm(want["delay"], k), check_dtype=False, check_exact=True
+    )
+    pd.testing.assert_frame_equal(
+        _norm(r.paths(), pk), _norm(want["paths"], pk), check_dtype=False, check_exact=True
+    )
+    # the samples are integers only; the counters' sums stay integers
+    d = engine.load(con, root)
+    assert all(t.is_integer() for t in d.samples.schema().types), d.samples.schema()
+    assert d.counters.schema()["packets"].is_integer()
+
+
+@pytest.mark.parametrize("eng", ENGINES)
+def test_batched_by_periods_same_answers(eng, cons, results, truth_dataset, lab6, lab6_clusters):
+    """loss and delay run in queries of a few periods each equal the single query."""
+    from flowplane_analytics import engine, metrics
+
+    root, _ = truth_dataset
+    con = cons(eng)
+    ds = engine.load(con, root)
+    m, a = metrics.membership(lab6, lab6_clusters)
+    k = ["period", "cluster"]
+    for batch in (1, 2):
+        for name, f in (("loss", metrics.loss), ("delay", metrics.delay)):
+            got = engine.execute_by_periods(con, ds, lambda d, f=f: f(d, m, a), batch)
+            pd.testing.assert_frame_equal(
+                _norm(got, k), _norm(results(eng)[name], k), check_exact=True
+            )

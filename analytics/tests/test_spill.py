@@ -11,7 +11,7 @@ from flowplane_analytics import clusters, engine, metrics, synth
 
 def test_duckdb_spills(tmp_path, lab6):
     root = tmp_path / "ds"
-    # every packet sampled (hash_bits 0): ~750,000 samples, far more than 64 MB once joined
+    # every packet sampled (hash_bits 0): ~750,000 samples, far more than 128 MB once joined
     truth = synth.generate(lab6, synth.Spec(periods=1, packets=4000, hash_bits=0, seed=2), root)
     assert truth.samples > 700_000
     cs = clusters.resolve(lab6)
@@ -25,8 +25,8 @@ def test_duckdb_spills(tmp_path, lab6):
 
     unlimited = run()
     with pytest.raises(duckdb.OutOfMemoryException):
-        run(memory_limit="64MB")  # does not fit in 64 MB ...
-    spilled = run(memory_limit="64MB", temp_dir=str(tmp_path / "spill"))  # ... but spills
+        run(memory_limit="128MB")  # does not fit in 128 MB ...
+    spilled = run(memory_limit="128MB", temp_dir=str(tmp_path / "spill"))  # ... but spills
     k = ["period", "cluster"]
     pd.testing.assert_frame_equal(
         spilled.sort_values(k).reset_index(drop=True),

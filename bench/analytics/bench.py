@@ -1,16 +1,27 @@
 """altmark analytics scale benchmark: DuckDB vs Spark local mode on synthetic records.
 
 Generates datasets of 102 measurement points (bench/analytics/ring17.yaml: 17 routers in a
-ring, 272 host pairs) for several numbers of periods, then runs loss + delay on each engine in
-a fresh process and prints a markdown table: time, samples/s, peak memory, the ratio Spark /
-DuckDB and the growth against the smallest size, and whether both engines gave identical
+ring, 272 host pairs) × 1,000 periods, with 23, 230 or 2,300 packets per host pair and period
+(about 10⁶, 10⁷ and 10⁸ samples), in the layout probes write (one Parquet file per probe,
+period and table: 34,000 files). Then, each in a fresh process:
+
+1. `compact` (DuckDB): the records rewritten into <dataset>/compact/ (a few large files,
+   integer columns, samples ordered by period), timed on its own;
+2. loss + delay on DuckDB, and on Spark local mode, reading compact/;
+
+and prints a markdown table: time per stage, samples/s, peak resident memory, the ratio
+Spark / DuckDB, the growth against the smallest size, and whether both engines gave identical
 answers. Not a test: numbers depend on the machine and its load.
 
-Environment: BENCH_PERIODS=10,100,1000 (sizes), BENCH_ENGINES=duckdb,spark,
+Environment: BENCH_PACKETS=23,230 (sizes; add 2300 for 10⁸ samples: generating that dataset
+takes ~15 minutes once, compacting it ~3), BENCH_PERIODS=1000, BENCH_ENGINES=duckdb,spark,
 BENCH_DATA=DIR (default bench/results/analytics-data, kept between runs and reused),
-BENCH_DUCKDB_MEMORY=1GB (DuckDB memory_limit; it spills beyond it),
-BENCH_SPARK_MAX_PERIODS=100 (larger sizes run on DuckDB only: Spark local mode takes many
-minutes there), BENCH_REMEASURE=0 (reuse the timings of an earlier run kept under BENCH_DATA).
+BENCH_DUCKDB_MEMORY=1GB (DuckDB memory_limit; it spills beyond it), BENCH_DUCKDB_THREADS=2,
+BENCH_SPARK_MAX_SAMPLES=20000000 (larger sizes run on DuckDB only), BENCH_BATCH_PERIODS
+(periods per query; default: the CLI's, 100 on DuckDB, one query on Spark),
+BENCH_REMEASURE=0 (reuse the timings of an earlier run kept under BENCH_DATA: lets sizes be
+measured in separate runs and tabulated together; or a list of the stages to measure again,
+e.g. BENCH_REMEASURE=duckdb).
 """
 
 from __future__ import annotations
@@ -28,7 +39,7 @@ REPO = HERE.parents[1]
 TOPO = HERE / "ring17.yaml"
 
 
-def generate(root: Path, periods: int) -> dict:
+def generate(root: Path, packets: int, periods: int) -> dict:
     from flowplane_analytics import synth, topology
 
     meta = root / "meta.json"
@@ -37,17 +48,18 @@ def generate(root: Path, periods: int) -> dict:
     net = topology.load(TOPO)
     spec = synth.Spec(
         periods=periods,
-        packets=256,
+        packets=packets,
         hash_bits=6,
         grow_prob=0.1,
         jitter_ns=20_000,
         loss_prob={lk: 0.002 for lk in net.graph.edges},
-        seed=periods,
+        seed=packets,
     )
     t = time.time()
     truth = synth.generate(net, spec, root)
     m = {
         "periods": periods,
+        "packets": packets,
         "samples": truth.samples,
         "points": len(net.graph.nodes),
         "files": 2 * len(list((root / "counters").glob("*/*"))),
@@ -58,44 +70,59 @@ def generate(root: Path, periods: int) -> dict:
     return m
 
 
+def _opts(engine_name: str, out: str):
+    from flowplane_analytics import engine
+
+    return engine.Options(
+        engine=engine_name,
+        memory_limit=os.environ.get("BENCH_DUCKDB_MEMORY", "1GB"),
+        temp_dir=str(Path(out).parent / "spill"),
+        threads=int(os.environ.get("BENCH_DUCKDB_THREADS", "2")),
+    )
+
+
+def _peak_mb() -> float:
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return (rss_kb + _descendants_hwm_kb()) / 1024  # + Spark's JVM, a child process
+
+
+def compact(root: str, out: str) -> None:
+    """`compact` in this (fresh) process, on DuckDB."""
+    from flowplane_analytics import engine
+
+    t0 = time.time()
+    engine.compact(engine.connect(_opts("duckdb", out)), root)
+    Path(out + ".json").write_text(
+        json.dumps({"compact_s": time.time() - t0, "peak_mb": _peak_mb()})
+    )
+
+
 def measure(engine_name: str, root: str, out: str) -> None:
     """One engine, one dataset, in this (fresh) process: loss + delay, then peak memory."""
     from flowplane_analytics import clusters, engine, metrics, topology
 
     net = topology.load(TOPO)
     cs = clusters.resolve(net)
-    opts = engine.Options(
-        engine=engine_name,
-        memory_limit=os.environ.get("BENCH_DUCKDB_MEMORY", "1GB"),
-        temp_dir=str(Path(out).parent / "spill"),
-    )
     t0 = time.time()
-    con = engine.connect(opts)
+    con = engine.connect(_opts(engine_name, out))
     t1 = time.time()
-    ds = engine.load(con, root, cache=False)
+    ds = engine.load(con, root, cache=False, layout="compact")
     m, a = metrics.membership(net, cs)
-    loss = con.execute(metrics.loss(ds, m, a))
+    b = os.environ.get("BENCH_BATCH_PERIODS")
+    batch = int(b) if b else None  # None: the default (DuckDB: 100 periods per query)
+    loss = engine.execute_by_periods(con, ds, lambda d: metrics.loss(d, m, a), batch)
     t2 = time.time()
-    delay = con.execute(metrics.delay(ds, m, a))
+    delay = engine.execute_by_periods(con, ds, lambda d: metrics.delay(d, m, a), batch)
     t3 = time.time()
     k = ["period", "cluster"]
     loss.sort_values(k).reset_index(drop=True).to_parquet(out + ".loss.parquet")
     delay.sort_values(k).reset_index(drop=True).to_parquet(out + ".delay.parquet")
-    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    jvm_kb = (
-        _descendants_hwm_kb()
-    )  # Spark's JVM: peak resident memory of our child processes
+    peak = _peak_mb()
     if engine_name == "spark":
         engine.spark_session().stop()
-    rss = rss_kb + jvm_kb
     Path(out + ".json").write_text(
         json.dumps(
-            {
-                "start_s": t1 - t0,
-                "loss_s": t2 - t1,
-                "delay_s": t3 - t2,
-                "peak_mb": rss / 1024,
-            }
+            {"start_s": t1 - t0, "loss_s": t2 - t1, "delay_s": t3 - t2, "peak_mb": peak}
         )
     )
 
@@ -137,73 +164,106 @@ def identical(a: str, b: str) -> bool:
     return True
 
 
+def _run(*args: str) -> None:
+    subprocess.run(
+        [sys.executable, __file__, *args],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "measure":
         measure(*sys.argv[2:5])
         return 0
-    sizes = [int(x) for x in os.environ.get("BENCH_PERIODS", "10,100,1000").split(",")]
+    if len(sys.argv) > 1 and sys.argv[1] == "compact":
+        compact(*sys.argv[2:4])
+        return 0
+    sizes = [int(x) for x in os.environ.get("BENCH_PACKETS", "23,230").split(",")]
+    periods = int(os.environ.get("BENCH_PERIODS", "1000"))
     engines = os.environ.get("BENCH_ENGINES", "duckdb,spark").split(",")
     data = Path(
         os.environ.get("BENCH_DATA", REPO / "bench" / "results" / "analytics-data")
     )
-    spark_max = int(os.environ.get("BENCH_SPARK_MAX_PERIODS", "100"))
-    remeasure = os.environ.get("BENCH_REMEASURE", "1") == "1"
+    spark_max = int(os.environ.get("BENCH_SPARK_MAX_SAMPLES", "20000000"))
+    rm = os.environ.get("BENCH_REMEASURE", "1")
+    redo = (
+        {"compact", *engines}
+        if rm == "1"
+        else set()
+        if rm == "0"
+        else set(rm.split(","))
+    )
     results = []
-    for n in sizes:
-        root = data / f"p{n}"
-        meta = generate(root, n)
+    for k in sizes:
+        name = f"k{k}-p{periods}"
+        root = data / name
+        meta = generate(root, k, periods)
         row = {**meta}
+        out = str(data / f"{name}-compact")
+        if "compact" in redo or not Path(out + ".json").exists():
+            _run("compact", str(root), out)
+        row["compact"] = json.loads(Path(out + ".json").read_text())
         for eng in engines:
-            if eng == "spark" and n > spark_max:
+            if eng == "spark" and meta["samples"] > spark_max:
                 continue
-            out = str(data / f"p{n}-{eng}")
-            if remeasure or not Path(out + ".json").exists():
-                subprocess.run(
-                    [sys.executable, __file__, "measure", eng, str(root), out],
-                    check=True,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
+            out = str(data / f"{name}-{eng}")
+            if eng in redo or not Path(out + ".json").exists():
+                _run("measure", eng, str(root), out)
             row[eng] = json.loads(Path(out + ".json").read_text())
         if "duckdb" in row and "spark" in row:
             row["identical"] = identical(
-                str(data / f"p{n}-duckdb"), str(data / f"p{n}-spark")
+                str(data / f"{name}-duckdb"), str(data / f"{name}-spark")
             )
         results.append(row)
-        print(f"bench: {n} periods done", file=sys.stderr)
+        print(f"bench: {meta['samples']:,} samples done", file=sys.stderr)
     print(
-        "| periods | samples | files | engine | loss s | delay s | samples/s (loss+delay) "
-        "| peak MB (process + JVM) | time / DuckDB | time / smallest |"
+        f"{results[0]['points']} measurement points × {periods} periods; the records as probes "
+        f"write them: {results[0]['files']:,} files per dataset.\n"
     )
-    print("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| samples | stage | s | samples/s | peak MB (process + JVM) "
+        "| time / DuckDB | time / smallest |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|")
     base: dict[str, float] = {}
     for r in results:
+        n = r["samples"]
+        c = r["compact"]
+        base.setdefault("compact", c["compact_s"])
+        print(
+            f"| {n:,} | compact (DuckDB, once per dataset) | {c['compact_s']:.1f} "
+            f"| {n / c['compact_s']:,.0f} | {c['peak_mb']:.0f} | | "
+            f"{c['compact_s'] / base['compact']:.1f} |"
+        )
         for eng in engines:
             if eng not in r:
                 print(
-                    f"| {r['periods']} | {r['samples']:,} | {r['files']:,} | {eng} "
-                    f"| not run (BENCH_SPARK_MAX_PERIODS={spark_max}) | | | | | |"
+                    f"| {n:,} | {eng}: not run (BENCH_SPARK_MAX_SAMPLES={spark_max:,}) "
+                    "| | | | | |"
                 )
                 continue
             m = r[eng]
             t = m["loss_s"] + m["delay_s"]
             base.setdefault(eng, t)
             d = r.get("duckdb")
-            ratio = t / (d["loss_s"] + d["delay_s"]) if d else float("nan")
+            ratio = f"{t / (d['loss_s'] + d['delay_s']):.1f}" if d else ""
             print(
-                f"| {r['periods']} | {r['samples']:,} | {r['files']:,} | {eng} "
-                f"| {m['loss_s']:.1f} | {m['delay_s']:.1f} | {r['samples'] / t:,.0f} "
-                f"| {m['peak_mb']:.0f} | {ratio:.2f} | {t / base[eng]:.1f} |"
+                f"| {n:,} | {eng}: loss {m['loss_s']:.1f} s + delay {m['delay_s']:.1f} s "
+                f"| {t:.1f} | {n / t:,.0f} | {m['peak_mb']:.0f} | {ratio} "
+                f"| {t / base[eng]:.1f} |"
             )
     if any("identical" in r for r in results):
         same = all(r["identical"] for r in results if "identical" in r)
+        sizes_both = ", ".join(f"{r['samples']:,}" for r in results if "identical" in r)
         print(
-            f"\nDuckDB and Spark answers identical (loss and delay, every size): "
-            f"{'yes' if same else 'NO'}"
+            f"\nDuckDB and Spark answers identical (loss and delay tables, exact; "
+            f"{sizes_both} samples): {'yes' if same else 'NO'}"
         )
-    out = REPO / "bench" / "results" / "analytics.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1))
+    out_json = REPO / "bench" / "results" / "analytics.json"
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps(results, indent=1))
     return 0
 
 

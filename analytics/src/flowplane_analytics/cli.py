@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,14 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--memory-limit", help="DuckDB memory limit, e.g. 2GB (spills beyond it)")
     g.add_argument("--temp-dir", help="DuckDB spill directory")
     g.add_argument("--threads", type=int, help="DuckDB threads")
+    g.add_argument(
+        "--batch-periods",
+        type=int,
+        metavar="N",
+        help="run loss and delay in queries of N periods each (same answer; keeps a large "
+        f"dataset's joins and sorts in memory). Default: {engine.AUTO_BATCH} with DuckDB on "
+        "a compacted dataset, else 0 (one query)",
+    )
 
 
 def _out_args(p: argparse.ArgumentParser) -> None:
@@ -70,6 +79,13 @@ def _metric_args(p: argparse.ArgumentParser, topo_required: bool = True) -> None
         metavar="C1+C2",
         help="also report the super-cluster of these clusters (repeatable)",
     )
+    p.add_argument(
+        "--layout",
+        choices=("auto", "raw", "compact"),
+        default="auto",
+        help="auto (default): DATA/compact/ when `compact` wrote it and no period came since, "
+        "else the partitioned records",
+    )
     _engine_args(p)
     _out_args(p)
 
@@ -102,6 +118,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=10.0, help="per request, seconds")
     p.add_argument("--no-jsonl", action="store_true", help="do not keep jsonl/<probe>/<n>.jsonl")
     _out_args(p)
+
+    p = sub.add_parser(
+        "compact",
+        help="rewrite a dataset's records into DATA/compact/ (few large files, integer columns)",
+    )
+    p.add_argument("--data", "-d", required=True, help="dataset directory (local)")
+    _engine_args(p)
 
     p = sub.add_parser("clusters", help="clusters of a topology (table, PNG)")
     p.add_argument("topology", help="lab topology YAML or graph file")
@@ -181,7 +204,7 @@ def _setup(a: argparse.Namespace) -> tuple[Any, engine.Dataset, topology.Network
     cs = _resolve(net, a.super)
     con = engine.connect(_opts(a))
     try:
-        ds = engine.load(con, a.data)
+        ds = engine.load(con, a.data, layout=a.layout)
     except FileNotFoundError as e:
         raise UsageError(str(e)) from e
     members, aliases = metrics.membership(net, cs)
@@ -240,6 +263,18 @@ def run(argv: Sequence[str]) -> int:
         for r in bad:
             print(f"flowplane-analytics: collect: probe {r.url} failed: {r.error}", file=err)
         return 1 if bad else 0
+    if a.cmd == "compact":
+        t = time.monotonic()
+        try:
+            meta = engine.compact(engine.connect(_opts(a)), a.data)
+        except (FileNotFoundError, ValueError) as e:
+            raise UsageError(str(e)) from e
+        print(
+            f"compact: {a.data}/{engine.COMPACT}: {meta['counter_files']} probe periods "
+            f"in {time.monotonic() - t:.1f} s",
+            file=err,
+        )
+        return 0
     if a.cmd == "clusters":
         net = _network(a.topology, a.probe_hosts)
         if a.graph:
@@ -275,7 +310,9 @@ def run(argv: Sequence[str]) -> int:
         return 0
     con, ds, net, cs, members, aliases = _setup(a)
     if a.cmd == "loss":
-        df = con.execute(metrics.loss(ds, members, aliases))
+        df = engine.execute_by_periods(
+            con, ds, lambda d: metrics.loss(d, members, aliases), a.batch_periods
+        )
         output.emit(df, a.format, a.output)
         alarms = df[df["alarm"] != ""]
         if len(alarms):
@@ -296,7 +333,10 @@ def run(argv: Sequence[str]) -> int:
                 return EXIT_ALARM
         return 0
     if a.cmd == "delay":
-        output.emit(con.execute(metrics.delay(ds, members, aliases)), a.format, a.output)
+        df = engine.execute_by_periods(
+            con, ds, lambda d: metrics.delay(d, members, aliases), a.batch_periods
+        )
+        output.emit(df, a.format, a.output)
         return 0
     if a.cmd == "paths":
         expr = metrics.paths(ds, aliases)

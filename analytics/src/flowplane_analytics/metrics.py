@@ -29,23 +29,25 @@ import ibis
 import ibis.expr.types as ir
 
 from .clusters import Cluster
-from .engine import Dataset
+from .engine import TUPLE, Dataset
 from .topology import Network
 
-TUPLE = ("src_addr", "dst_addr", "proto", "src_port", "dst_port")
+__all__ = ["TUPLE"]
 
 
 def membership(net: Network, clusters: Sequence[Cluster]) -> tuple[ir.Table, ir.Table]:
     """(members, aliases): members = (cluster, role, point) for every input and output point of
     every cluster; aliases = (point, probe, ifname, direction) for every name a probe may record
     a point under (eth0, and a lab's kernel name fp<tag>-eth0)."""
-    rows: dict[str, list[Any]] = {"cluster": [], "role": [], "point": []}
-    for c in clusters:
+    rows: dict[str, list[Any]] = {"cluster": [], "role": [], "point": [], "ci": [], "is_in": []}
+    for ci, c in enumerate(clusters):
         for role, pts in (("in", c.inputs), ("out", c.outputs)):
             for p in pts:
                 rows["cluster"].append(c.id)
                 rows["role"].append(role)
                 rows["point"].append(p.id)
+                rows["ci"].append(ci)
+                rows["is_in"].append(role == "in")
     al: dict[str, list[Any]] = {"point": [], "probe": [], "ifname": [], "direction": []}
     for p in net.points():
         for name in net.ifname_aliases(p):
@@ -53,7 +55,16 @@ def membership(net: Network, clusters: Sequence[Cluster]) -> tuple[ir.Table, ir.
             al["probe"].append(p.probe)
             al["ifname"].append(name)
             al["direction"].append(p.direction)
-    members = ibis.memtable(rows, schema={"cluster": "string", "role": "string", "point": "string"})
+    members = ibis.memtable(
+        rows,
+        schema={
+            "cluster": "string",
+            "role": "string",
+            "point": "string",
+            "ci": "int32",  # the cluster's index: the hot joins and groupings use it
+            "is_in": "boolean",
+        },
+    )
     aliases = ibis.memtable(
         al, schema={"point": "string", "probe": "string", "ifname": "string", "direction": "string"}
     )
@@ -132,65 +143,91 @@ def missing_points(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Tabl
     )
 
 
+def _mp_points(ds: Dataset, aliases: ir.Table) -> ir.Table:
+    """(mp, point): the dataset's measurement-point ids that are points of the network."""
+    return ds.mps.join(aliases, ["probe", "ifname", "direction"]).select("mp", "point")
+
+
 def _valid_samples(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     """Samples at the clusters' points that match at B(K, n) = the largest hash_bits of the
-    cluster's points in the period: (cluster, role, period, point, hash, tai_ns, 5-tuple)."""
+    cluster's points in the period: (ci, is_in, period, mp, hash, tai_ns, flow), one row per
+    sample and cluster the sample's point belongs to."""
     pc = _point_counters(ds, aliases)
     mc = members.join(pc, "point")
-    bits = mc.group_by(["cluster", "period"]).agg(bits=mc.hash_bits.max(), ref=mc.hash_ref.min())
-    s = ds.samples.join(aliases, ["probe", "ifname", "direction"]).select(
-        "period", "point", "hash", "tai_ns", *TUPLE
-    )
-    sm = s.join(members, "point").join(bits, ["cluster", "period"])
+    bits = mc.group_by(["ci", "period"]).agg(bits=mc.hash_bits.max(), ref=mc.hash_ref.min())
+    # mp → (ci, is_in): a few hundred rows, so the samples join on one integer
+    mpm = _mp_points(ds, aliases).join(members, "point").select("mp", "ci", "is_in")
+    sm = ds.samples.join(mpm, "mp").join(bits, ["ci", "period"])
     mask = (ibis.literal(1, "int64") << sm.bits.cast("int64")) - 1
     sm = sm.filter((sm.hash & mask) == (sm.ref & mask))
-    return sm.select("cluster", "role", "period", "point", "hash", "tai_ns", *TUPLE)
+    return sm.select("ci", "is_in", "period", "mp", "hash", "tai_ns", "flow")
 
 
-def _unique_hashes(v: ir.Table, role: str) -> ir.Table:
-    side = v.filter(v.role == role)
-    n = side.group_by(["cluster", "period", "hash"]).agg(n=side.count())
-    return side.semi_join(n.filter(n.n == 1), ["cluster", "period", "hash"])
+def _pairs(ds: Dataset, members: ir.Table, aliases: ir.Table, points: bool) -> ir.Table:
+    """Every in/out pair with the same hash in a cluster and period, unambiguous hashes only
+    (exactly one valid sample at the cluster's inputs and one at its outputs): one grouping by
+    (cluster, period, hash) with conditional aggregates. ``collision``: the 5-tuples differ
+    (compared as ids of distinct 5-tuples; NULL when a 5-tuple has a NULL field)."""
+    v = _valid_samples(ds, members, aliases)
+
+    def side(is_in: bool, col: ir.Column) -> ir.Value:
+        return ibis.ifelse(v.is_in == is_in, col, ibis.null(col.type())).max()
+
+    aggs: dict[str, ir.Value] = {
+        "n_in": v.is_in.cast("int64").sum(),
+        "n": v.count(),
+        "in_ns": side(True, v.tai_ns),
+        "out_ns": side(False, v.tai_ns),
+        "in_flow": side(True, v.flow),
+        "out_flow": side(False, v.flow),
+    }
+    if points:
+        aggs |= {"in_mp": side(True, v.mp), "out_mp": side(False, v.mp)}
+    g = v.group_by(["ci", "period", "hash"]).agg(**aggs)
+    p = g.filter((g.n_in == 1) & (g.n == 2))
+    return p.mutate(collision=p.in_flow != p.out_flow, delay_ns=p.out_ns - p.in_ns)
+
+
+def _names(members: ir.Table) -> ir.Table:
+    return members.select("ci", "cluster").distinct()
 
 
 def pairs(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
-    """Every in/out pair with the same hash in a cluster and period, unambiguous hashes only;
-    ``collision`` says the 5-tuples differ."""
-    v = _valid_samples(ds, members, aliases)
-    ins = _unique_hashes(v, "in")
-    outs = _unique_hashes(v, "out")
-    ins = ins.select(
+    """Every in/out pair, with the cluster, the points and the 5-tuples by name."""
+    p = _pairs(ds, members, aliases, points=True).join(_names(members), "ci")
+    mp = _mp_points(ds, aliases)
+    fl = ds.flows
+    ip = mp.select(in_mp=mp.mp, in_point=mp.point)
+    op = mp.select(out_mp=mp.mp, out_point=mp.point)
+    fi = fl.select(in_flow=fl.flow, **{f"in_{c}": fl[c] for c in TUPLE})
+    fo = fl.select(out_flow=fl.flow, **{f"out_{c}": fl[c] for c in TUPLE})
+    p = p.join(ip, "in_mp").join(op, "out_mp").left_join(fi, "in_flow").left_join(fo, "out_flow")
+    return p.select(
         "cluster",
         "period",
         "hash",
-        in_point=ins.point,
-        in_ns=ins.tai_ns,
-        **{f"in_{c}": ins[c] for c in TUPLE},
+        "in_point",
+        "in_ns",
+        *[f"in_{c}" for c in TUPLE],
+        "out_point",
+        "out_ns",
+        *[f"out_{c}" for c in TUPLE],
+        "collision",
+        "delay_ns",
     )
-    outs = outs.select(
-        "cluster",
-        "period",
-        "hash",
-        out_point=outs.point,
-        out_ns=outs.tai_ns,
-        **{f"out_{c}": outs[c] for c in TUPLE},
-    )
-    p = ins.join(outs, ["cluster", "period", "hash"])
-    same = ibis.and_(*[p[f"in_{c}"] == p[f"out_{c}"] for c in TUPLE])
-    return p.mutate(collision=~same, delay_ns=p.out_ns - p.in_ns)
 
 
 def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     """Per period and cluster: matched samples, collisions rejected, delay mean/min/max/p50/p99
     and jitter, in nanoseconds."""
-    p = pairs(ds, members, aliases)
-    coll = p.group_by(["cluster", "period"]).agg(
+    p = _pairs(ds, members, aliases, points=False)
+    coll = p.group_by(["ci", "period"]).agg(
         pairs=p.count(), collisions=p.collision.cast("int64").sum()
     )
     m = p.filter(~p.collision)
-    w = ibis.window(group_by=["cluster", "period"], order_by=[m.in_ns, m.hash])
-    wr = ibis.window(group_by=["cluster", "period"], order_by=[m.delay_ns, m.in_ns, m.hash])
-    wn = ibis.window(group_by=["cluster", "period"])
+    w = ibis.window(group_by=["ci", "period"], order_by=[m.in_ns, m.hash])
+    wr = ibis.window(group_by=["ci", "period"], order_by=[m.delay_ns, m.in_ns, m.hash])
+    wn = ibis.window(group_by=["ci", "period"])
     m = m.mutate(
         ipdv=(m.delay_ns - m.delay_ns.lag().over(w)).abs(),
         rank=ibis.row_number().over(wr) + 1,  # 1-based rank by delay
@@ -202,7 +239,7 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
         need = (m.n * pct + 99) // 100
         return ibis.ifelse(m.rank >= need, m.delay_ns, ibis.null("int64")).min()
 
-    st = m.group_by(["cluster", "period"]).agg(
+    st = m.group_by(["ci", "period"]).agg(
         matched=m.count(),
         mean_ns=m.delay_ns.mean(),
         min_ns=m.delay_ns.min(),
@@ -211,18 +248,22 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
         p99_ns=nearest_rank(99),
         jitter_ns=m.ipdv.mean(),
     )
-    out = coll.left_join(st, ["cluster", "period"]).select(
-        "period",
-        "cluster",
-        "pairs",
-        "collisions",
-        "matched",
-        "mean_ns",
-        "min_ns",
-        "max_ns",
-        "p50_ns",
-        "p99_ns",
-        "jitter_ns",
+    out = (
+        coll.left_join(st, ["ci", "period"])
+        .join(_names(members), "ci")
+        .select(
+            "period",
+            "cluster",
+            "pairs",
+            "collisions",
+            "matched",
+            "mean_ns",
+            "min_ns",
+            "max_ns",
+            "p50_ns",
+            "p99_ns",
+            "jitter_ns",
+        )
     )
     return out.mutate(matched=out.matched.fill_null(0)).order_by(["period", "cluster"])
 
@@ -239,10 +280,8 @@ def paths(ds: Dataset, aliases: ir.Table) -> ir.Table:
     (period, hash, 5-tuple) valid at the period's largest hash_bits over all points."""
     pc = _point_counters(ds, aliases)
     bits = pc.group_by("period").agg(bits=pc.hash_bits.max(), ref=pc.hash_ref.min())
-    s = ds.samples.join(aliases, ["probe", "ifname", "direction"]).select(
-        "period", "point", "hash", "tai_ns", *TUPLE
-    )
-    s = s.join(bits, "period")
+    s = ds.samples.join(_mp_points(ds, aliases), "mp").left_join(ds.flows, "flow")
+    s = s.select("period", "point", "hash", "tai_ns", *TUPLE).join(bits, "period")
     mask = (ibis.literal(1, "int64") << s.bits.cast("int64")) - 1
     s = s.filter((s.hash & mask) == (s.ref & mask))
     key = ["period", "hash", *TUPLE]
