@@ -49,8 +49,8 @@ struct am_count_key {
 	__u8 pad;
 };
 
-/* Probe counters: per-CPU value of am_counts and am_point_counts. sum_ns is a 128-bit sum of the TAI timestamps
- * (lo, hi) so that the mean is exact; first/last are this CPU's. */
+/* Probe counters: per-CPU value of am_counts and am_point_counts. sum_ns is a 128-bit sum of
+ * the TAI timestamps (lo, hi) so that the mean is exact; first/last are this CPU's. */
 struct am_count {
 	__u64 packets; /* segments: a GSO/GRO packet counts gso_segs */
 	__u64 bytes;   /* L3 bytes of those segments */

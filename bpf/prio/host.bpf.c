@@ -8,7 +8,8 @@
  * (write_seq - snd_nxt, the segment itself included) and the share of the send buffer they
  * occupy (near 100 %: the writer is blocked behind data the network does not take). The SYN
  * carries it so a router knows the flow from its first packet (a new connection's handshake
- * must not wait in the default band); pure ACKs carry nothing. Always returns 1: it never refuses what another program on the cgroup allows. */
+ * must not wait in the default band); pure ACKs carry nothing. Always returns 1: it never refuses
+ * what another program on the cgroup allows. */
 #include "common.h"
 #include "stats.h"
 #include "prio.h"
