@@ -362,7 +362,8 @@ int conntrack_xdp(CT_CTX *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct hdr_cursor c;
-	struct bpf_fib_lookup fib = {};
+	struct bpf_fib_lookup fib; /* filled by route_lookup */
+	__be32 tosflow = 0;
 	struct iphdr *iph = NULL;
 	struct ipv6hdr *ip6 = NULL;
 	struct ethhdr *eth = NULL;
@@ -407,10 +408,7 @@ int conntrack_xdp(CT_CTX *ctx)
 			return pass(); /* length beyond the frame: the kernel drops it */
 		src[0] = iph->saddr;
 		dst[0] = iph->daddr;
-		fib.family = AF_INET;
-		fib.tos = iph->tos;
-		fib.ipv4_src = iph->saddr;
-		fib.ipv4_dst = iph->daddr;
+		tosflow = iph->tos;
 		l4off = c.pos - l3;
 	} else if (eproto == bpf_htons(ETH_P_IPV6)) {
 		void *l3 = c.pos;
@@ -425,10 +423,7 @@ int conntrack_xdp(CT_CTX *ctx)
 			return pass(); /* beyond the frame, or a jumbogram */
 		__builtin_memcpy(src, &ip6->saddr, 16);
 		__builtin_memcpy(dst, &ip6->daddr, 16);
-		fib.family = AF_INET6;
-		fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
-		__builtin_memcpy(fib.ipv6_src, src, 16);
-		__builtin_memcpy(fib.ipv6_dst, dst, 16);
+		tosflow = *(__be32 *)ip6 & bpf_htonl(0x0FFFFFFF);
 		l4off = c.pos - l3;
 	} else {
 		return pass(); /* ARP, unknown EtherTypes, malformed Ethernet */
@@ -448,7 +443,8 @@ int conntrack_xdp(CT_CTX *ctx)
 	}
 #endif
 	now = ct_now();
-	rc = route_lookup(ctx, &c, &p, &fib, family, l4, src, dst, mtulen, now, &main, &looked);
+	rc = route_lookup(ctx, &c, &p, &fib, family, l4, src, dst, tosflow, mtulen, now, &main,
+			  &looked);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return pass(); /* for this host, unroutable, too big, ...: the kernel's job */
 

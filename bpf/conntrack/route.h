@@ -12,13 +12,15 @@
 /* route_lookup is bpf_fib_lookup with a per-connection cache: a confirmed TCP or UDP connection
  * reuses, for a second, the result of its last lookup in the same direction from the same
  * ingress for a packet at least as long (the MTU check). mtulen is the L3 length the route's
- * MTU applies to: the packet's, or one segment's of a GSO skb. It fills fib and returns the
+ * MTU applies to: the packet's, or one segment's of a GSO skb; tosflow is the IPv4 TOS or the
+ * IPv6 flow label word. It fills fib (on a cache hit only ifindex and the MACs) and returns the
  * lookup's result. c points at the transport header. For TCP and UDP it builds p->key, sets
  * *looked and leaves the key's ct_main entry (live or not, NULL if none) in *mainp for track. */
 static __always_inline int route_lookup(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *p,
 					struct bpf_fib_lookup *fib, __u8 family, int l4proto,
-					const __u32 *src, const __u32 *dst, __u32 mtulen, __u64 now,
-					struct ct_entry **mainp, int *looked)
+					const __u32 *src, const __u32 *dst, __be32 tosflow,
+					__u32 mtulen, __u64 now, struct ct_entry **mainp,
+					int *looked)
 {
 	struct ct_route *r = NULL;
 	__u16 *ports = c->pos;
@@ -40,6 +42,19 @@ static __always_inline int route_lookup(CT_CTX *ctx, struct hdr_cursor *c, struc
 				return BPF_FIB_LKUP_RET_SUCCESS;
 			}
 		}
+	}
+	/* Filled only here: a cached route spares the 64-byte clear and the copies. */
+	__builtin_memset(fib, 0, sizeof(*fib));
+	if (family == 4) {
+		fib->family = AF_INET;
+		fib->tos = tosflow;
+		fib->ipv4_src = src[0];
+		fib->ipv4_dst = dst[0];
+	} else {
+		fib->family = AF_INET6;
+		fib->flowinfo = tosflow;
+		__builtin_memcpy(fib->ipv6_src, src, 16);
+		__builtin_memcpy(fib->ipv6_dst, dst, 16);
 	}
 	fib->l4_protocol = l4proto;
 	fib->tot_len = mtulen; /* checked against the route's MTU, as ip_forward does */
