@@ -368,6 +368,28 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 	return WIN_ACCEPT;
 }
 
+#define LAST(index) ((index) + 1) /* ct_entry.last_index of a flag class */
+
+/* tcp_established_ack is ct_tcp_update for its most common case, inline (a call and return
+ * cost ~10 ns here): a plain ACK on an ESTABLISHED connection, which nf's state table leaves
+ * ESTABLISHED in either direction, so only the window check and nf's last_* memory remain.
+ * Same results as ct_tcp_update for that case. */
+static __always_inline int tcp_established_ack(struct ct_entry *e, struct pkt *p, __u32 dir,
+					       __u32 liberal)
+{
+	switch (tcp_in_window(e, p, dir, CT_TCP_ESTABLISHED, liberal)) {
+	case WIN_INVALID:
+		return CT_STAT_INV_WINDOW; /* nf_tcp_handle_invalid remembers only FIN and RST */
+	case WIN_IGNORE:
+		return -2;
+	}
+	if (e->last_index != LAST(TCP_ACK_SET))
+		e->last_index = LAST(TCP_ACK_SET);
+	if (e->last_dir != dir)
+		e->last_dir = dir;
+	return 0;
+}
+
 /* tcp_resync takes the remembered SYN as the start of its sender's direction and resets the
  * other direction (nf's re-sync from last_end/last_win/last_wscale/last_flags). */
 static __always_inline void tcp_resync(struct ct_entry *e, __u32 dir)
@@ -388,8 +410,6 @@ static __always_inline void tcp_resync(struct ct_entry *e, __u32 dir)
 	r->td_scale = 0;
 	r->flags &= CT_TCP_F_BE_LIBERAL;
 }
-
-#define LAST(index) ((index) + 1) /* ct_entry.last_index of a flag class */
 
 /* ct_tcp_update moves the connection through nf's state table. Returns 0 to allow, a CT_STAT_INV_*
  * reason to refuse, -2 to pass untouched (nf's NFCT_TCP_IGNORE), -3 to pass a packet the state
