@@ -83,6 +83,9 @@ enum ct_event_type {
 #define CT_TCP_F_BE_LIBERAL 0x08 /* no window checks: a connection picked up mid-stream */
 #define CT_TCP_F_DATA_UNACK 0x10 /* this direction sent data the other has not acknowledged */
 #define CT_TCP_F_MAXACK_SET 0x20
+/* In ct_entry.last_flags only, as nf's IP_CT_EXP_CHALLENGE_ACK: the ignored SYN came in
+ * LAST_ACK, so the other side may answer it with an RFC 5961 challenge ACK. */
+#define CT_TCP_F_EXP_CHALLENGE_ACK 0x40
 
 /* Canonical 5-tuple: the lower (address, port) endpoint first, so both directions of a
  * connection build the same key. IPv4 addresses use the first word, the rest zero. ICMP echo
@@ -140,7 +143,8 @@ struct ct_entry {
 	__u8 last_index;  /* its flag class (enum tcp_bit_set) + 1; 0: none yet */
 	__u8 last_dir;	  /* its direction */
 	__u8 last_wscale; /* an ignored SYN's window scale */
-	__u8 last_flags;  /* an ignored SYN's CT_TCP_F_WSCALE | CT_TCP_F_SACK_PERM */
+	__u8 last_flags;  /* an ignored SYN's CT_TCP_F_WSCALE | CT_TCP_F_SACK_PERM, and
+			   * CT_TCP_F_EXP_CHALLENGE_ACK */
 	__u8 retrans;	  /* the last plain ACK segment seen again in a row, as nf's retrans */
 	__u8 pad;
 };

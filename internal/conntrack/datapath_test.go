@@ -286,9 +286,22 @@ func TestTCPRSTAfterIgnored(t *testing.T) {
 		f.script(t, []step{
 			{name: "syn", frame: tcpOpen(true, "S", ci, 0), ret: xdpRedirect, state: "SYN_SENT"},
 			{name: "bare ack in SYN_SENT is ignored", frame: tcp(false, "A", si, 123456, 0), out: true, ret: xdpRedirect, state: "SYN_SENT"},
-			{name: "rst acking something else is out of window", frame: tcp(true, "RA", 123456, si+1, 0), ret: xdpDrop, state: "SYN_SENT", count: "invalid_rst"},
+			// Not at the ignored ACK's ack either (that would be the challenge-ACK rule, below).
+			{name: "rst acking something else is out of window", frame: tcp(true, "RA", 123457, si+1, 0), ret: xdpDrop, state: "SYN_SENT", count: "invalid_rst"},
 			{name: "bare ack again", frame: tcp(false, "A", si, 123456, 0), out: true, ret: xdpRedirect, state: "SYN_SENT"},
-			{name: "rst acking it closes", frame: tcp(true, "RA", 123456, si, 0), ret: xdpRedirect, state: "CLOSE"},
+			{name: "rst acking it closes", frame: tcp(true, "RA", 123457, si, 0), ret: xdpRedirect, state: "CLOSE"},
+		})
+	})
+	t.Run("rst at a challenge ack's ack closes", func(t *testing.T) {
+		// nf (RFC 5961): the ACK ignored in SYN_SENT may be the challenge ACK of a peer still
+		// holding an older connection; a RST at exactly what it acknowledges passes and closes,
+		// though out of the window.
+		f := newFixture(t, nil)
+		f.script(t, []step{
+			{name: "syn", frame: tcpOpen(true, "S", ci, 0), ret: xdpRedirect, state: "SYN_SENT"},
+			{name: "challenge ack is ignored", frame: tcp(false, "A", si, 123456, 0), out: true, ret: xdpRedirect, state: "SYN_SENT", count: "tcp_ignored"},
+			{name: "rst at a different seq is out of window", frame: tcp(true, "R", 123455, 0, 0), ret: xdpDrop, state: "SYN_SENT", count: "invalid_rst"},
+			{name: "rst at its ack closes", frame: tcp(true, "R", 123456, 0, 0), ret: xdpRedirect, state: "CLOSE"},
 		})
 	})
 	t.Run("rst ending a train of segments closes", func(t *testing.T) {

@@ -733,3 +733,37 @@ func TestDifferentialInexactRST(t *testing.T) {
 		t.Errorf("flowplane %s, nf_conntrack %s", class(fp), class(nf))
 	}
 }
+
+// TestDifferentialChallengeACK: nf's RFC 5961 challenge-ACK rules. A: in LAST_ACK the client's
+// new SYN is ignored and flagged; the server's ACK answering it is a challenge ACK, not the ACK
+// of the last FIN: the connection stays LAST_ACK. A2: only once — the server's next ACK moves it
+// on to TIME_WAIT. B: the tuple is reused after a close (the SYN reopens it), the server, still
+// holding the old connection, answers with a challenge ACK (ignored in SYN_SENT, its ack
+// remembered), the client resets the old connection at exactly that sequence number — the RST
+// passes and closes, though it is out of the new connection's window (the new ISN is below the
+// old sequence numbers) — and its SYN again opens the connection.
+func TestDifferentialChallengeACK(t *testing.T) {
+	t.Parallel()
+	var script []dstep
+	for _, port := range []uint16{45000, 45001} {
+		script = append(script, handshakeOn(port)...)
+		script = append(script, tcpSeg("client fin", "h1", port, "FA", 101, 901, 0),
+			tcpSeg("server fin", "h2", port, "FA", 901, 102, 0),
+			tcpSeg("new syn in LAST_ACK, ignored", "h1", port, "S", 5000, 0, 0),
+			tcpSeg("server's challenge ack", "h2", port, "A", 902, 102, 0))
+	}
+	script = append(script, tcpSeg("A2: server's next ack", "h2", 45001, "A", 902, 102, 0))
+	script = append(script, handshakeOn(45002)...)
+	script = append(script,
+		tcpSeg("B: client fin", "h1", 45002, "FA", 101, 901, 0),
+		tcpSeg("B: server acks the fin", "h2", 45002, "A", 901, 102, 0),
+		tcpSeg("B: server fin", "h2", 45002, "FA", 901, 102, 0),
+		tcpSeg("B: client's last ack", "h1", 45002, "A", 102, 902, 0),
+		tcpSeg("B: syn reusing the tuple", "h1", 45002, "S", 50, 0, 0),
+		tcpSeg("B: server's challenge ack", "h2", 45002, "A", 902, 102, 0),
+		tcpSeg("B: rst at the challenge's ack", "h1", 45002, "R", 102, 0, 0),
+		tcpSeg("B: syn again", "h1", 45002, "S", 50, 0, 0),
+		tcpSeg("B: synack", "h2", 45002, "SA", 3000, 51, 0),
+		tcpSeg("B: ack", "h1", 45002, "A", 51, 3001, 0))
+	differential(t, script)
+}
