@@ -15,6 +15,7 @@ import (
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/testenv"
+	"github.com/vishvananda/netlink"
 )
 
 // TestRouterPolicyErrors: every bad router policy names the file, line and field.
@@ -142,5 +143,68 @@ func TestRouterBadInputAppliesNothing(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRouterServiceTree: strict bands borrow in band order (HTB prio = band, capped at 7) with
+// min_rate each; weighted bands share one HTB prio, band b of B guaranteed (B-b)/(1+…+B) of the
+// link and served with a quantum of (B-b) × 1514 bytes.
+func TestRouterServiceTree(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	testenv.Need(t, "tc")
+	ns := testenv.Netns(t)
+	dev, _ := testenv.VethPair(t, ns, testenv.Netns(t), netip.MustParsePrefix("198.18.0.1/24"), netip.MustParsePrefix("198.18.0.2/24"))
+	const rate = 66e6 // 11 bands: 1+…+11 = 66, so band b is guaranteed (11-b) Mbit/s
+	for _, service := range []string{"strict", "weighted"} {
+		p, err := ParseRouterPolicy("p.yaml", []byte("scheme: occupancy\ntrust: [198.18.0.0/15]\nleaves: 2\nservice: "+service+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = nsrun.Do(ns, func() error {
+			if err := Router(dev.Name, rate, p); err != nil {
+				return err
+			}
+			defer func() {
+				if err := RemoveRouter(dev.Name); err != nil {
+					t.Errorf("remove: %v", err)
+				}
+			}()
+			l, err := netlink.LinkByName(dev.Name)
+			if err != nil {
+				return err
+			}
+			classes, err := netlink.ClassList(l, netlink.MakeHandle(Major, 0))
+			if err != nil {
+				return err
+			}
+			leaves := 0
+			for _, c := range classes {
+				h, ok := c.(*netlink.HtbClass)
+				id := c.Attrs().Handle & 0xffff
+				if !ok || id < 0x100 {
+					continue
+				}
+				leaves++
+				band := int(id>>8) - 1
+				wantPrio, wantQuantum, wantRate := uint32(min(band, 7)), uint32(1514), uint64(rate*p.MinRate/2)
+				if service == "weighted" {
+					w := uint64(11 - band)
+					wantPrio, wantQuantum, wantRate = 0, uint32(1514*w), w*1e6/2
+				}
+				// netlink reads rates back in bytes per second
+				if h.Prio != wantPrio || h.Quantum != wantQuantum || h.Rate != wantRate/8 || h.Ceil != rate/8 {
+					t.Errorf("%s: class %x:%x (band %d): prio %d quantum %d rate %d ceil %d B/s; want prio %d quantum %d rate %d ceil %d B/s",
+						service, Major, id, band, h.Prio, h.Quantum, h.Rate, h.Ceil, wantPrio, wantQuantum, wantRate/8, uint64(rate/8))
+				}
+			}
+			if leaves != 22 {
+				t.Errorf("%s: %d leaf classes, want 11 bands × 2", service, leaves)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", service, err)
+		}
 	}
 }
