@@ -277,7 +277,6 @@ func (b *bench) policy(name string, thresholds []uint64) (*prio.RouterPolicy, er
 		}
 		y += "thresholds: [" + strings.Join(ts, ", ") + "]\n"
 	}
-	y += os.Getenv("FP_PRIO_EXTRA") // TEMP
 	return prio.ParseRouterPolicy(name+".yaml", []byte(y))
 }
 
