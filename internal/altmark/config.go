@@ -123,11 +123,8 @@ func decodeConfig(el *config.Collector, data []byte) *Config {
 		case "interfaces":
 			c.Interfaces = decodeInterfaces(d, v)
 		case "period":
-			if dur, ok := d.duration(v, key, minPeriod, maxPeriod); ok {
+			if dur, ok := decodePeriod(d, v, key); ok {
 				c.Period = Duration(dur)
-				if dur < 100*time.Millisecond {
-					el.Warn(v.Line, key, "%v is short: RFC 9341 needs L > 2×(clock error + delay spread) between the measurement points", dur)
-				}
 			}
 		case "periods":
 			if n, ok := d.integer(v, key, 0, 1<<40); ok {
@@ -138,12 +135,7 @@ func decodeConfig(el *config.Collector, data []byte) *Config {
 				c.StartColor = int(n)
 			}
 		case "carrier":
-			if s, ok := el.Scalar(v, key); ok {
-				if !slices.Contains(carriers, s) {
-					el.Add(v.Line, key, "%q: want one of %s (the marker's carrier)", s, strings.Join(carriers, ", "))
-				}
-				c.Carrier = s
-			}
+			c.Carrier = decodeCarrier(d, v, key)
 		case "dscp_bits":
 			c.DSCPBits = decodeDSCPBits(d, v)
 		case "hash_ref":
@@ -244,6 +236,24 @@ func decodeInterfaces(d *dec, v *yaml.Node) []Interface {
 		out = append(out, ifc)
 	}
 	return out
+}
+
+// decodePeriod reads a period length L, warning when it leaves little room for the read rule.
+func decodePeriod(d *dec, v *yaml.Node, key string) (time.Duration, bool) {
+	dur, ok := d.duration(v, key, minPeriod, maxPeriod)
+	if ok && dur < warnPeriod {
+		d.el.Warn(v.Line, key, "%v is short: RFC 9341 needs L > 2×(clock error + delay spread) between the measurement points; give the probes time to read each color", dur)
+	}
+	return dur, ok
+}
+
+// decodeCarrier reads the marker's carrier, which the probe must be told too.
+func decodeCarrier(d *dec, v *yaml.Node, key string) string {
+	s, ok := d.el.Scalar(v, key)
+	if ok && !slices.Contains(carriers, s) {
+		d.el.Add(v.Line, key, "%q: want one of %s (the marker's carrier)", s, strings.Join(carriers, ", "))
+	}
+	return s
 }
 
 func decodeDSCPBits(d *dec, v *yaml.Node) []int {

@@ -93,24 +93,16 @@ func decodeMarkConfig(el *config.Collector, data []byte) *MarkConfig {
 		c.raw[key] = true
 		switch key {
 		case "period":
-			if dur, ok := d.duration(v, key, minPeriod, maxPeriod); ok {
+			if dur, ok := decodePeriod(d, v, key); ok {
 				c.Period = Duration(dur)
 				c.PeriodMs = dur.Milliseconds()
-				if dur < warnPeriod {
-					el.Warn(v.Line, key, "%v is short: RFC 9341 needs L > 2×(clock error + delay spread) between the measurement points; give the probes time to read each color", dur)
-				}
 			}
 		case "start_color":
 			if n, ok := d.integer(v, key, 0, 1); ok {
 				c.StartColor = int(n)
 			}
 		case "carrier":
-			if s, ok := el.Scalar(v, key); ok {
-				if !slices.Contains(carriers, s) {
-					el.Add(v.Line, key, "%q: want one of %s", s, strings.Join(carriers, ", "))
-				}
-				c.Carrier = s
-			}
+			c.Carrier = decodeCarrier(d, v, key)
 		case "dscp_bits":
 			c.DSCPBits = decodeDSCPBits(d, v)
 		case "header":
