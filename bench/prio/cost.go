@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -24,7 +26,19 @@ func (b *bench) cost(ctx context.Context) error {
 	if err := b.classifierCost(); err != nil {
 		return err
 	}
-	return b.throughputCost(ctx)
+	// First as a host has it (TSO/GSO on: the writer and the classifier run once per
+	// super-packet of up to 64 KB), then with every MTU-sized packet paying in full.
+	if err := b.offload(ctx, 0, true); err != nil {
+		return err
+	}
+	err := b.throughputCost(ctx, true)
+	if oerr := b.offload(ctx, 0, false); err == nil {
+		err = oerr
+	}
+	if err != nil {
+		return err
+	}
+	return b.throughputCost(ctx, false)
 }
 
 // classifierCost times the classifier on an established flow's data segment (timestamps and
@@ -78,7 +92,7 @@ func (b *bench) classifierCost() error {
 // the CPUs can forward), in interleaved rounds: plain forwarding, then the host writer and the
 // router's parts alone and together (fifo: an HTB tree of one class, the classifier returns at
 // once; backlog: the classifier reads every packet).
-func (b *bench) throughputCost(ctx context.Context) error {
+func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 	const rounds = 5
 	const unshaped = 100e9
 	dst := netip.MustParseAddrPort(splitFirst(b.dsts)).String()
@@ -92,15 +106,17 @@ func (b *bench) throughputCost(ctx context.Context) error {
 		{"host writer", true, ""},
 		{"HTB (fifo)", false, "fifo"},
 		{"classifier (backlog) + HTB", false, "backlog"},
-		{"host writer + HTB (fifo)", true, "fifo"},
 		{"host writer + classifier (backlog) + HTB", true, "backlog"},
 	}
-	got := map[string][]float64{}
+	got, cpuPerGbit := map[string][]float64{}, map[string][]float64{}
 	for round := range rounds {
 		for _, a := range arms {
 			slog.Info("throughput cost", "round", round+1, "arm", a.name)
 			measure := func() error {
-				out, err := b.gen(ctx, "s1", a.writer, "long", "-dst", dst, "-n", "1", "-at", strconv.FormatInt(time.Now().Add(2*time.Second).UnixMilli(), 10), "-d", "6s")
+				at, d := time.Now().Add(2*time.Second), 6*time.Second
+				busy := make(chan float64, 1)
+				go func() { busy <- cpuBusyDuring(at, d) }()
+				out, err := b.gen(ctx, "s1", a.writer, "long", "-dst", dst, "-n", "1", "-at", strconv.FormatInt(at.UnixMilli(), 10), "-d", d.String())
 				if err != nil {
 					return err
 				}
@@ -109,6 +125,8 @@ func (b *bench) throughputCost(ctx context.Context) error {
 					return fmt.Errorf("generator output %q: %v", out, err)
 				}
 				got[a.name] = append(got[a.name], r.Bps[0])
+				// CPU seconds the whole machine spent per gigabit moved in the window
+				cpuPerGbit[a.name] = append(cpuPerGbit[a.name], <-busy/(r.Bps[0]*d.Seconds()/1e9))
 				return nil
 			}
 			var err error
@@ -127,23 +145,54 @@ func (b *bench) throughputCost(ctx context.Context) error {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	title := map[bool]string{true: "TSO/GSO on", false: "TSO/GSO off"}[offload]
 	t := &report.Table{
-		Title:   "Cost: one TCP flow through an unshaped r1 (median of interleaved rounds)",
-		Columns: []string{"arm", "Gbit/s", "ratio to plain"},
+		Title:   "Cost: one TCP flow through an unshaped r1, " + title + " (median of interleaved rounds)",
+		Columns: []string{"arm", "Gbit/s", "ratio to plain", "CPU s / Gbit", "Gbit per CPU s, ratio to plain"},
 	}
-	base := percentile(got[arms[0].name], 50)
+	base, baseCPU := percentile(got[arms[0].name], 50), percentile(cpuPerGbit[arms[0].name], 50)
 	for _, a := range arms {
-		m := percentile(got[a.name], 50)
-		t.Add(a.name, m/1e9, m/base)
+		m, c := percentile(got[a.name], 50), percentile(cpuPerGbit[a.name], 50)
+		t.Add(a.name, m/1e9, m/base, c, baseCPU/c)
 	}
-	note := "the senders' TSO/GSO are off (as for the other experiments: the bottleneck must see MTU-sized packets), so one flow is CPU-bound at a few Gbit/s and the per-packet cost shows in full"
-	if b.c.offload {
-		note = "the senders' TSO/GSO on, as a host has them (-offload)"
+	note := "the sender's TSO/GSO off (as for the other experiments: the bottleneck must see MTU-sized packets), so one flow is CPU-bound at a few Gbit/s and the per-packet cost shows in full"
+	if offload {
+		note = "the sender's TSO/GSO on, as a host has them"
 	}
-	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of 6 s after 2 s of warm-up; %s.", rounds, note))
+	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of 6 s after 2 s of warm-up; %s. CPU: the whole machine's busy time (/proc/stat) in the window per gigabit moved; one flow's throughput moves with whatever else runs, its CPU cost per bit much less.", rounds, note))
 	b.table(t)
-	b.res.Data["throughput_bps"] = got
+	key := map[bool]string{true: "tso_on", false: "tso_off"}[offload]
+	b.res.Data["throughput_bps_"+key] = got
+	b.res.Data["cpu_s_per_gbit_"+key] = cpuPerGbit
 	return nil
 }
 
 func splitFirst(s string) string { return split(s)[0] }
+
+// cpuBusyDuring is how many CPU seconds the machine spent busy (not idle, iowait or stolen)
+// from at to at+d, by /proc/stat; 0 if it cannot be read.
+func cpuBusyDuring(at time.Time, d time.Duration) float64 {
+	time.Sleep(time.Until(at))
+	before := cpuBusy()
+	time.Sleep(d)
+	return cpuBusy() - before
+}
+
+// cpuBusy is the busy seconds of all CPUs since boot: user, nice, system, irq and softirq of
+// /proc/stat's first line (USER_HZ = 100 on Linux).
+func cpuBusy() float64 {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	var ticks float64
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		if i < len(f) {
+			v, _ := strconv.ParseFloat(f[i], 64)
+			ticks += v
+		}
+	}
+	return ticks / 100
+}

@@ -22,10 +22,11 @@ func (b *bench) fairness(ctx context.Context) error {
 	for _, n := range b.c.flows {
 		t := &report.Table{
 			Title:   fmt.Sprintf("Fairness: %d long-lived flows, %s bottleneck, %s window", n, fmtRate(b.c.rate), b.c.dur),
-			Columns: []string{"scheme", "mean Mbit/s", "std Mbit/s", "std / fair", "Jain", "utilization", "utilization / fair", "band changes / flow / s", "flows measured"},
+			Columns: []string{"scheme", "mean Mbit/s", "std Mbit/s", "std / fair", "Jain", "utilization", "utilization / fair", "band changes / flow / s", "retransmitted %", "flows measured"},
 		}
 		perScheme := map[string][]float64{}
-		flips := map[string]float64{} // band changes per flow per second
+		flips := map[string]float64{}   // band changes per flow per second
+		retrans := map[string]float64{} // share of data segments that were retransmissions
 		for _, scheme := range b.c.schemes {
 			p, err := b.policy(scheme, nil)
 			if err != nil {
@@ -33,6 +34,7 @@ func (b *bench) fairness(ctx context.Context) error {
 			}
 			slog.Info("fairness", "flows", n, "scheme", scheme)
 			var bps []float64
+			var resent, sent uint64
 			failed := 0
 			err = b.withRouter(p, b.c.rate, func() error {
 				at := strconv.FormatInt(time.Now().Add(warm).UnixMilli(), 10)
@@ -53,6 +55,10 @@ func (b *bench) fairness(ctx context.Context) error {
 					}
 					bps = append(bps, r.Bps...)
 					failed += r.Failed
+					resent, sent = resent+r.Retrans, sent+r.DataSegs
+				}
+				if sent > 0 {
+					retrans[scheme] = 100 * float64(resent) / float64(sent)
 				}
 				// How often flows changed band (each change can reorder a flow's packets
 				// between two queues): the flows' counters on r1, over warm-up and window.
@@ -85,7 +91,7 @@ func (b *bench) fairness(ctx context.Context) error {
 		for _, scheme := range b.c.schemes {
 			s := summarize(perScheme[scheme])
 			util := s.sum / float64(b.c.rate)
-			t.Add(scheme, s.mean/1e6, s.std/1e6, ratio(s.std, fair.std), s.jain, util, ratio(s.sum, fair.sum), flips[scheme], len(perScheme[scheme]))
+			t.Add(scheme, s.mean/1e6, s.std/1e6, ratio(s.std, fair.std), s.jain, util, ratio(s.sum, fair.sum), flips[scheme], retrans[scheme], len(perScheme[scheme]))
 		}
 		t.Notes = append(t.Notes, "Goodput: bytes acknowledged (TCP_INFO) over the window, after "+warm.String()+" of warm-up. Ratios against fair of the same run; — where fair did not run.")
 		b.table(t)

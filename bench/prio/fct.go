@@ -60,7 +60,7 @@ func (b *bench) fct(ctx context.Context) error {
 							raw = append(raw, line)
 						}
 					}
-					return b.saveJSONL(fmt.Sprintf("fct-%s-%g-%s.jsonl", w, load*100, scheme), raw)
+					return b.saveJSONL(fmt.Sprintf("fct-%s-%g-%s.jsonl", w, load*100, filepath.Base(scheme)), raw)
 				})
 				if err != nil {
 					return err

@@ -23,9 +23,11 @@ import (
 
 // LongResult is what `gen long` prints: each flow's goodput over the measured window.
 type LongResult struct {
-	Seconds float64   `json:"seconds"`
-	Bps     []float64 `json:"bps"` // per flow: bytes acknowledged in the window × 8 / seconds
-	Failed  int       `json:"failed"`
+	Seconds  float64   `json:"seconds"`
+	Bps      []float64 `json:"bps"`       // per flow: bytes acknowledged in the window × 8 / seconds
+	Retrans  uint64    `json:"retrans"`   // segments retransmitted in the window, all flows
+	DataSegs uint64    `json:"data_segs"` // data segments sent in the window, all flows
+	Failed   int       `json:"failed"`
 }
 
 // Flow is one FCT flow, one JSON line of `gen fct`'s output.
@@ -73,19 +75,20 @@ func genMain(args []string) error {
 	return fmt.Errorf("gen: unknown mode %q", args[0])
 }
 
-// bytesAcked is what the peer has acknowledged on c (TCP_INFO), the goodput counter.
-func bytesAcked(c net.Conn) uint64 {
-	var acked uint64
+// tcpInfo is c's TCP_INFO (zero if it cannot be read): bytes acknowledged are the goodput
+// counter, segments retransmitted against data segments sent the cost of reordering.
+func tcpInfo(c net.Conn) unix.TCPInfo {
+	var info unix.TCPInfo
 	raw, err := c.(*net.TCPConn).SyscallConn()
 	if err != nil {
-		return 0
+		return info
 	}
 	_ = raw.Control(func(fd uintptr) {
-		if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
-			acked = info.Bytes_acked
+		if i, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+			info = *i
 		}
 	})
-	return acked
+	return info
 }
 
 // longFlows runs n streams spread over the receivers, each writing as fast as TCP takes it,
@@ -112,14 +115,16 @@ func longFlows(addrs []string, n int, at time.Time, d time.Duration) LongResult 
 		}()
 	}
 	time.Sleep(time.Until(at))
-	before := make([]uint64, len(conns))
+	before := make([]unix.TCPInfo, len(conns))
 	for i, c := range conns {
-		before[i] = bytesAcked(c)
+		before[i] = tcpInfo(c)
 	}
 	time.Sleep(time.Until(at.Add(d)))
 	for i, c := range conns {
-		a := bytesAcked(c)
-		res.Bps = append(res.Bps, float64(a-before[i])*8/d.Seconds())
+		a := tcpInfo(c)
+		res.Bps = append(res.Bps, float64(a.Bytes_acked-before[i].Bytes_acked)*8/d.Seconds())
+		res.Retrans += uint64(a.Total_retrans - before[i].Total_retrans)
+		res.DataSegs += uint64(a.Data_segs_out - before[i].Data_segs_out)
 	}
 	for _, c := range conns {
 		abort(c)

@@ -78,7 +78,6 @@ type config struct {
 	fifoLimit  int
 	bg         int
 	capBytes   float64
-	offload    bool
 }
 
 func main() {
@@ -91,20 +90,19 @@ func main() {
 	}
 	var c config
 	exps := flag.String("exp", "fair,fct,cost", "experiments: fair, fct, cost")
-	schemes := flag.String("schemes", "fifo,fair,occupancy,occupancy-strict,backlog,pias", "fair and cost: schemes compared (occupancy-strict: the original's strict priority between bands)")
-	fctSchemes := flag.String("fct-schemes", "fifo,fair,occupancy,backlog,pias", "fct: schemes compared")
+	schemes := flag.String("schemes", "fifo,fair,occupancy,occupancy-strict,backlog,pias", "fair and cost: schemes compared (occupancy-strict: the original's strict priority between bands; FILE.yaml: a router policy file)")
+	fctSchemes := flag.String("fct-schemes", "fifo,fair,occupancy,backlog,pias", "fct: schemes compared (FILE.yaml: a router policy file)")
 	flows := flag.String("flows", "20,200,1000", "fair: numbers of long-lived flows")
 	workloads := flag.String("workloads", "websearch,datamining", "fct: CDFs under bench/prio/cdf/")
 	loads := flag.String("loads", "0.5,0.8", "fct: offered loads")
 	flag.DurationVar(&c.dur, "d", 60*time.Second, "fair: measured window per run")
-	flag.DurationVar(&c.fctDur, "fct-d", 40*time.Second, "fct: arrival period per run")
+	flag.DurationVar(&c.fctDur, "fct-d", 100*time.Second, "fct: arrival period per run (100 s: a few hundred small flows per run, so a p99 is not one flow)")
 	rate := flag.String("rate", "100mbit", "bottleneck rate")
 	flag.IntVar(&c.leaves, "leaves", 32, "leaves per band (K)")
 	flag.IntVar(&c.limit, "limit", 64, "packets per leaf queue")
 	flag.IntVar(&c.fifoLimit, "fifo-limit", 2048, "packets in fifo's one queue (K × limit: the same total as one band of the others)")
 	flag.IntVar(&c.bg, "bg", 2, "fct: long-lived background flows per sender")
 	flag.Float64Var(&c.capBytes, "cap", 30e6, "fct: largest flow size, bytes")
-	flag.BoolVar(&c.offload, "offload", false, "leave the senders' TSO/GSO on (for the cost experiment: a host's defaults)")
 	flag.Parse()
 	c.exps, c.schemes, c.fctSchemes, c.workloads = split(*exps), split(*schemes), split(*fctSchemes), split(*workloads)
 	for _, s := range split(*flows) {
@@ -141,16 +139,17 @@ func split(s string) []string {
 }
 
 type bench struct {
-	c       config
-	l       *lab.Lab
-	self    string
-	cg      string
-	host    string
-	bneck   string   // r1's device towards r2
-	senders []string // s1, s2
-	dsts    string   // receivers' sink addresses, comma-separated
-	out     string   // bench/results/prio
-	res     *report.Result
+	c         config
+	l         *lab.Lab
+	self      string
+	cg        string
+	host      string
+	bneck     string   // r1's device towards r2
+	senders   []string // s1, s2
+	senderDev []string // their interfaces
+	dsts      string   // receivers' sink addresses, comma-separated
+	out       string   // bench/results/prio
+	res       *report.Result
 }
 
 func run(ctx context.Context, c config) error {
@@ -198,12 +197,9 @@ func run(ctx context.Context, c config) error {
 	// Senders hand MTU-sized segments to the bottleneck, as the original's hosts did: with TSO
 	// and GSO a veth passes 64 KB aggregates that HTB would schedule as one packet.
 	for _, s := range b.senders {
-		if c.offload {
-			break
-		}
-		dev := b.l.IfName(top.Node(s).Ifaces[0])
-		if out, err := b.cmd(ctx, s, "ethtool", "-K", dev, "tso", "off", "gso", "off"); err != nil {
-			return fmt.Errorf("ethtool on %s: %v: %s", s, err, out)
+		b.senderDev = append(b.senderDev, b.l.IfName(top.Node(s).Ifaces[0]))
+		if err := b.offload(ctx, len(b.senderDev)-1, false); err != nil {
+			return err
 		}
 	}
 	if err := b.hostWriter(); err != nil {
@@ -243,6 +239,15 @@ func run(ctx context.Context, c config) error {
 	return report.Save(*b.res)
 }
 
+// offload turns TSO and GSO on or off on sender i's interface.
+func (b *bench) offload(ctx context.Context, i int, on bool) error {
+	state := map[bool]string{true: "on", false: "off"}[on]
+	if out, err := b.cmd(ctx, b.senders[i], "ethtool", "-K", b.senderDev[i], "tso", state, "gso", state); err != nil {
+		return fmt.Errorf("ethtool on %s: %v: %s", b.senders[i], err, out)
+	}
+	return nil
+}
+
 // hostWriter puts the option writer on a cgroup of its own, which every sender process joins.
 func (b *bench) hostWriter() error {
 	root, err := cgroup.Mount()
@@ -260,7 +265,11 @@ func (b *bench) hostWriter() error {
 // policy is the router policy of a scheme, as a user would write it; thresholds are pias's
 // (derived from the workload); the other schemes keep their defaults. occupancy-strict is the
 // original scheme as it was: strict priority between bands, a flow moves at every change.
+// A name ending in .yaml is a policy file of the user's, compared under that name.
 func (b *bench) policy(name string, thresholds []uint64) (*prio.RouterPolicy, error) {
+	if strings.HasSuffix(name, ".yaml") {
+		return prio.LoadRouterPolicy(name)
+	}
 	limit := b.c.limit
 	if name == "fifo" {
 		limit = b.c.fifoLimit

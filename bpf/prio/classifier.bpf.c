@@ -265,16 +265,21 @@ int prio_classify(struct __sk_buff *skb)
 	else
 		fp_count(&prio_stats, PRIO_STAT_NO_OPTION);
 
+	/* Whether a flow's source is trusted is looked up once, when the flow is new: its source
+	 * address does not change, nor does prio_trust after loading. */
 	f = bpf_map_lookup_elem(&prio_flows, &key);
-	int trusted = in.source != PRIO_SRC_NONE && is_trusted(key.saddr);
+	int src_trusted = f ? f->trusted : is_trusted(key.saddr);
+	/* this packet's information counts */
+	int trusted = src_trusted && in.source != PRIO_SRC_NONE;
 
-	if (in.source != PRIO_SRC_NONE && !trusted)
+	if (in.source != PRIO_SRC_NONE && !src_trusted)
 		fp_count(&prio_stats, PRIO_STAT_UNTRUSTED);
 	if (!f) {
 		nf.bytes = skb->len;
 		nf.last_seen = now;
 		nf.last_change = now;
 		nf.occupancy = PRIO_OCC_UNKNOWN;
+		nf.trusted = src_trusted;
 		if (trusted) {
 			nf.backlog = in.backlog;
 			nf.occupancy = in.occupancy;

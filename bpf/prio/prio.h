@@ -63,9 +63,10 @@ struct prio_flow {
 	__u32 backlog;	   /* last advertised unsent bytes */
 	__u32 changes;	   /* band changes */
 	__u32 classid;	   /* the HTB class its packets go to */
-	__u16 band;
+	__u8 band;
 	__u8 occupancy; /* last advertised %, PRIO_OCC_UNKNOWN if none */
 	__u8 source;	/* enum prio_source of the last information */
+	__u8 trusted;	/* its source is in prio_trust (looked up once, at its first packet) */
 };
 
 enum prio_source {

@@ -284,6 +284,16 @@ func TestCapAndChangeLimit(t *testing.T) {
 	if n := counter(t, objs2, classifierPrioStatPRIO_STAT_BAND_CHANGE); n != 3 {
 		t.Errorf("%d band changes counted, want 3", n)
 	}
+	// Trust is looked up at a flow's first packet and kept with the flow: an untrusted
+	// sender's later packets stay in the default band too.
+	for i := range 2 {
+		if got := classify(t, objs2, tcpFrame(untrusted, server, 5, 80, ours(0, 100))); got != class(3, 0) {
+			t.Errorf("untrusted packet %d: class %x, want the default band's %x", i, got, class(3, 0))
+		}
+	}
+	if n := counter(t, objs2, classifierPrioStatPRIO_STAT_UNTRUSTED); n != 2 {
+		t.Errorf("%d untrusted packets counted, want 2", n)
+	}
 }
 
 func TestOptionRoundTrip(t *testing.T) {

@@ -262,6 +262,13 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 		if p.Thresholds == nil {
 			p.Thresholds = defaultBacklogThresholds
 		}
+		// Each band guaranteed an equal share: an idle leaf of the top band then holds a
+		// full bucket of tokens, so a new short flow's first packets go out at once, ahead
+		// of everything that borrows (HTB serves classes within their rate first); strict
+		// priority orders only what bands borrow beyond it (measured: docs/prio.md).
+		if !config.HasKey(root, "min_rate") {
+			p.MinRate = 1 / float64(p.Bands())
+		}
 	case PIAS:
 		if p.Thresholds == nil {
 			p.Thresholds = defaultPIASThresholds
@@ -274,7 +281,7 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 	if p.MaxClaim >= p.Bands() {
 		problems = append(problems, fmt.Sprintf("max_claim: %d is past the last band (%d bands)", p.MaxClaim, p.Bands()))
 	}
-	if p.Scheme != FIFO && p.Scheme != Fair && !p.Weighted && p.MinRate*float64(p.Bands()) > 1 {
+	if p.Scheme != FIFO && p.Scheme != Fair && !p.Weighted && p.MinRate*float64(p.Bands()) > 1+1e-9 {
 		problems = append(problems, fmt.Sprintf("min_rate: %d bands × %g%% is more than the link", p.Bands(), p.MinRate*100))
 	}
 	if len(problems) > 0 {

@@ -51,7 +51,17 @@ func TestRouterPolicyErrors(t *testing.T) {
 		p.IdleReset != 100*time.Millisecond || len(p.Thresholds) != 3 || p.Bands() != 4 || p.DefaultBand() != 0 {
 		t.Errorf("defaults: %+v", p)
 	}
-	// occupancy: weighted bands and one move per 2 s unless the policy says otherwise.
+	// backlog: every band guaranteed an equal share unless the policy says otherwise.
+	for yaml, want := range map[string]float64{"": 0.25, "thresholds: [10KB]\n": 1.0 / 3, "min_rate: 1%\n": 0.01} {
+		p, err := ParseRouterPolicy("p.yaml", []byte("scheme: backlog\ntrust: [198.18.0.0/15]\n"+yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.MinRate != want {
+			t.Errorf("backlog with %q: min_rate %g, want %g", yaml, p.MinRate, want)
+		}
+	}
+	// occupancy: weighted bands and one move per 5 s unless the policy says otherwise.
 	for yaml, want := range map[string]RouterPolicy{
 		"":                             {Weighted: true, ChangeInterval: 5 * time.Second},
 		"service: strict\n":            {Weighted: false, ChangeInterval: 5 * time.Second},
