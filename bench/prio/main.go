@@ -89,7 +89,7 @@ func main() {
 		return
 	}
 	var c config
-	exps := flag.String("exp", "fair,fct,cost", "experiments: fair, fct, cost")
+	exps := flag.String("exp", "cost,fair,fct", "experiments: cost, fair, fct (the quick one first)")
 	schemes := flag.String("schemes", "fifo,fair,occupancy,occupancy-strict,backlog,pias", "fair and cost: schemes compared (occupancy-strict: the original's strict priority between bands; FILE.yaml: a router policy file)")
 	fctSchemes := flag.String("fct-schemes", "fifo,fair,occupancy,backlog,pias", "fct: schemes compared (FILE.yaml: a router policy file)")
 	flows := flag.String("flows", "20,200,1000", "fair: numbers of long-lived flows")
