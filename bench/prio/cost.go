@@ -99,10 +99,13 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 	type arm struct {
 		name   string
 		writer bool   // the generator runs in the host writer's cgroup
-		scheme string // the router's scheme, "" for none
+		scheme string // the router's scheme; "" for none, or a plain root qdisc (pfifo_fast)
 	}
+	// A veth's default is noqueue: no qdisc at all, cheaper than any router interface (a NIC
+	// comes with pfifo_fast or another qdisc), so pfifo_fast is measured too.
 	arms := []arm{
-		{"plain forwarding", false, ""},
+		{"plain forwarding (veth: noqueue)", false, ""},
+		{"pfifo_fast (a NIC's default)", false, "pfifo_fast"},
 		{"host writer", true, ""},
 		{"HTB (fifo)", false, "fifo"},
 		{"classifier (backlog) + HTB", false, "backlog"},
@@ -130,9 +133,18 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 				return nil
 			}
 			var err error
-			if a.scheme == "" {
+			switch a.scheme {
+			case "":
 				err = measure()
-			} else {
+			case "pfifo_fast":
+				if out, qerr := b.cmd(ctx, "r1", "tc", "qdisc", "replace", "dev", b.bneck, "root", "pfifo_fast"); qerr != nil {
+					return fmt.Errorf("tc qdisc on r1: %v: %s", qerr, out)
+				}
+				err = measure()
+				if out, qerr := b.cmd(ctx, "r1", "tc", "qdisc", "del", "dev", b.bneck, "root"); qerr != nil && err == nil {
+					err = fmt.Errorf("tc qdisc del on r1: %v: %s", qerr, out)
+				}
+			default:
 				p, perr := b.policy(a.scheme, nil)
 				if perr != nil {
 					return perr
