@@ -89,8 +89,8 @@ func (b *bench) classifierCost() error {
 }
 
 // throughputCost runs one TCP flow s1 → d1 with r1's bottleneck unshaped (HTB far above what
-// the CPUs can forward), in interleaved rounds: plain forwarding, then the host writer and the
-// router's parts alone and together (fifo: an HTB tree of one class, the classifier returns at
+// the CPUs can forward), in interleaved rounds: plain forwarding, a NIC's default qdisc, then
+// the host writer and the router's parts alone and together (fifo: an HTB tree of one class, the classifier returns at
 // once; backlog: the classifier reads every packet).
 func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 	const rounds = 5
@@ -171,7 +171,7 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 	if offload {
 		note = "the sender's TSO/GSO on, as a host has them"
 	}
-	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of 6 s after 2 s of warm-up; %s. CPU: the whole machine's busy time (/proc/stat) in the window per gigabit moved; one flow's throughput moves with whatever else runs, its CPU cost per bit much less.", rounds, note))
+	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of 6 s after 2 s of warm-up; %s. CPU: the whole machine's busy time (/proc/stat) in the window per gigabit moved.", rounds, note))
 	b.table(t)
 	key := map[bool]string{true: "tso_on", false: "tso_off"}[offload]
 	b.res.Data["throughput_bps_"+key] = got

@@ -76,7 +76,7 @@ func genMain(args []string) error {
 }
 
 // tcpInfo is c's TCP_INFO (zero if it cannot be read): bytes acknowledged are the goodput
-// counter, segments retransmitted against data segments sent the cost of reordering.
+// counter, segments retransmitted against data segments sent what losses and reordering cost.
 func tcpInfo(c net.Conn) unix.TCPInfo {
 	var info unix.TCPInfo
 	raw, err := c.(*net.TCPConn).SyscallConn()
