@@ -57,7 +57,8 @@ static __always_inline int prefix_match(const __u8 *a, const __u8 *p, __u32 len)
 static __always_inline int selected(struct bpf_sock_ops *skops, __u8 dir)
 {
 	__u32 remote[4] = {}, local[4] = {}; /* IPv4 mapped into IPv6, as the selectors */
-	__u16 rport = bpf_ntohl(skops->remote_port) >> 16, lport = skops->local_port;
+	/* remote_port is a 32-bit word in network order: bpf_ntohl gives the port */
+	__u16 rport = bpf_ntohl(skops->remote_port), lport = skops->local_port;
 
 	if (skops->family == AF_INET) {
 		__u32 rip4 = skops->remote_ip4, lip4;

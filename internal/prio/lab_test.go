@@ -3,9 +3,11 @@ package prio
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +76,7 @@ func TestLabAdvertiseAndClassify(t *testing.T) {
 	name := testenv.Name("h")
 	sel := match.Any()
 	sel.Remote = []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")}
+	sel.RemotePort = match.PortRange{Lo: 5301, Hi: 5301}
 	if err := Host(name, cg, &HostPolicy{File: "test", Advertise: []match.Match{sel}}); err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +184,32 @@ func TestLabAdvertiseAndClassify(t *testing.T) {
 	}
 	if maxBacklog == 0 {
 		t.Error("every advertised backlog was 0 during a bulk transfer")
+	}
+
+	// The selector took both of iperf3's connections to :5301 and takes none to another port
+	// (a connect to a closed port still opens actively).
+	other, err := l.Command(ctx, "h1", "python3", "-c", fmt.Sprintf("import socket; socket.socket().connect_ex((%q, 5302))", h2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ofd, err := cgroup.Into(other.Cmd, cg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := other.CombinedOutput(); err != nil {
+		t.Fatalf("connect to :5302: %v: %s", err, out)
+	}
+	ofd.Close()
+	st0, err := ReadStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(st0.Hosts, func(h HostStatus) bool { return h.Name == name })
+	if i < 0 {
+		t.Fatalf("host %s not in the status", name)
+	}
+	if c := st0.Hosts[i].Counters; c["matched"] != 2 || c["unmatched"] != 1 {
+		t.Errorf("host counters %v: want 2 matched (:5301), 1 unmatched (:5302)", c)
 	}
 
 	// On r1: the flow was parsed and classified into a backlog band, not the default one.
