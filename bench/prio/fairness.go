@@ -22,11 +22,12 @@ func (b *bench) fairness(ctx context.Context) error {
 	for _, n := range b.c.flows {
 		t := &report.Table{
 			Title:   fmt.Sprintf("Fairness: %d long-lived flows, %s bottleneck, %s window", n, fmtRate(b.c.rate), b.c.dur),
-			Columns: []string{"scheme", "mean Mbit/s", "std Mbit/s", "std / fair", "Jain", "utilization", "utilization / fair", "band changes / flow / s", "retransmitted %", "flows measured"},
+			Columns: []string{"scheme", "mean Mbit/s", "std Mbit/s", "std / fair", "Jain", "utilization", "utilization / fair", "band changes / flow / s", "retransmitted %", "received twice %", "flows measured"},
 		}
 		perScheme := map[string][]float64{}
 		flips := map[string]float64{}   // band changes per flow per second
 		retrans := map[string]float64{} // share of data segments that were retransmissions
+		dups := map[string]float64{}    // share the receivers got twice (reported by DSACK)
 		for _, scheme := range b.c.schemes {
 			p, err := b.policy(scheme, nil)
 			if err != nil {
@@ -34,7 +35,7 @@ func (b *bench) fairness(ctx context.Context) error {
 			}
 			slog.Info("fairness", "flows", n, "scheme", scheme)
 			var bps []float64
-			var resent, sent uint64
+			var resent, dup, sent uint64
 			failed := 0
 			err = b.withRouter(p, b.c.rate, func() error {
 				at := strconv.FormatInt(time.Now().Add(warm).UnixMilli(), 10)
@@ -55,10 +56,11 @@ func (b *bench) fairness(ctx context.Context) error {
 					}
 					bps = append(bps, r.Bps...)
 					failed += r.Failed
-					resent, sent = resent+r.Retrans, sent+r.DataSegs
+					resent, dup, sent = resent+r.Retrans, dup+r.Dups, sent+r.DataSegs
 				}
 				if sent > 0 {
 					retrans[scheme] = 100 * float64(resent) / float64(sent)
+					dups[scheme] = 100 * float64(dup) / float64(sent)
 				}
 				// How often flows changed band (each change can reorder a flow's packets
 				// between two queues): the flows' counters on r1, over warm-up and window.
@@ -91,9 +93,9 @@ func (b *bench) fairness(ctx context.Context) error {
 		for _, scheme := range b.c.schemes {
 			s := summarize(perScheme[scheme])
 			util := s.sum / float64(b.c.rate)
-			t.Add(scheme, s.mean/1e6, s.std/1e6, ratio(s.std, fair.std), s.jain, util, ratio(s.sum, fair.sum), flips[scheme], retrans[scheme], len(perScheme[scheme]))
+			t.Add(scheme, s.mean/1e6, s.std/1e6, ratio(s.std, fair.std), s.jain, util, ratio(s.sum, fair.sum), flips[scheme], retrans[scheme], dups[scheme], len(perScheme[scheme]))
 		}
-		t.Notes = append(t.Notes, "Goodput: bytes acknowledged (TCP_INFO) over the window, after "+warm.String()+" of warm-up. Ratios against fair of the same run; — where fair did not run.")
+		t.Notes = append(t.Notes, "Goodput: bytes acknowledged (TCP_INFO) over the window, after "+warm.String()+" of warm-up. Received twice: segments the receivers reported with DSACK, the link capacity spent on data already delivered (what reordering costs). Ratios against fair of the same run; — where fair did not run.")
 		b.table(t)
 		b.res.Data[fmt.Sprintf("fairness_%d_bps", n)] = perScheme
 		if err := plotCDFs(b.out, fmt.Sprintf("fairness-%d.png", n), fmt.Sprintf("Per-flow goodput, %d flows", n), "Mbit/s", perScheme, b.c.schemes, 1e-6); err != nil {

@@ -27,6 +27,7 @@ type LongResult struct {
 	Bps      []float64 `json:"bps"`       // per flow: bytes acknowledged in the window × 8 / seconds
 	Retrans  uint64    `json:"retrans"`   // segments retransmitted in the window, all flows
 	DataSegs uint64    `json:"data_segs"` // data segments sent in the window, all flows
+	Dups     uint64    `json:"dups"`      // segments the receivers got twice (DSACK): capacity wasted
 	Failed   int       `json:"failed"`
 }
 
@@ -125,6 +126,7 @@ func longFlows(addrs []string, n int, at time.Time, d time.Duration) LongResult 
 		res.Bps = append(res.Bps, float64(a.Bytes_acked-before[i].Bytes_acked)*8/d.Seconds())
 		res.Retrans += uint64(a.Total_retrans - before[i].Total_retrans)
 		res.DataSegs += uint64(a.Data_segs_out - before[i].Data_segs_out)
+		res.Dups += uint64(a.Dsack_dups - before[i].Dsack_dups)
 	}
 	for _, c := range conns {
 		abort(c)

@@ -277,7 +277,7 @@ func (b *bench) policy(name string, thresholds []uint64) (*prio.RouterPolicy, er
 	scheme, variant, _ := strings.Cut(name, "-")
 	y := fmt.Sprintf("scheme: %s\nleaves: %d\nlimit: %d\ntrust: [198.18.0.0/15]\n", scheme, b.c.leaves, limit)
 	if variant == "strict" {
-		y += "service: strict\nband_change_interval: 10ms\n"
+		y += "service: strict\nband_change_interval: 10ms\nmove_gap: 0s\n"
 	}
 	if len(thresholds) > 0 && scheme == "pias" {
 		var ts []string

@@ -24,6 +24,7 @@ volatile const __u32 nthresh = 0;		   /* backlog / pias thresholds in use */
 volatile const __u64 thresh[PRIO_MAX_THRESH] = {}; /* bytes, ascending */
 volatile const __u64 change_interval_ns = 0;	   /* at most one band change per interval */
 volatile const __u64 idle_reset_ns = 0;		   /* pias: an idle gap ends a message */
+volatile const __u64 move_gap_ns = 0;		   /* a flow moves only after sending nothing this long */
 
 /* key = struct prio_flow_key, value = struct prio_flow */
 struct {
@@ -189,7 +190,7 @@ int prio_classify(struct __sk_buff *skb)
 	struct info in = {.occupancy = PRIO_OCC_UNKNOWN};
 	struct prio_flow *f, nf = {};
 	struct ethhdr *eth;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = bpf_ktime_get_ns(), gap;
 	__u32 band, target;
 	int proto, frag = 0, informed;
 
@@ -311,6 +312,7 @@ int prio_classify(struct __sk_buff *skb)
 		fp_count(&prio_stats, PRIO_STAT_IDLE_RESET);
 	}
 	__sync_fetch_and_add(&f->bytes, skb->len);
+	gap = now - f->last_seen;
 	f->last_seen = now;
 	informed = f->source != PRIO_SRC_NONE;
 	if (trusted) {
@@ -341,6 +343,11 @@ int prio_classify(struct __sk_buff *skb)
 		 * the default band, and a new connection must not wait out the interval there. */
 		if (informed && now - f->last_change < change_interval_ns) {
 			fp_count(&prio_stats, PRIO_STAT_CHANGE_HELD);
+		} else if (informed && gap < move_gap_ns) {
+			/* Mid-burst, the flow's last packets still wait in the old band's queue and
+			 * would be overtaken: the receiver reads reordering as loss and the sender
+			 * resends data that was not lost. After a gap they have left. */
+			fp_count(&prio_stats, PRIO_STAT_MOVE_WAIT);
 		} else {
 			band = target;
 			f->band = band;

@@ -95,6 +95,7 @@ enum prio_stat {
 	PRIO_STAT_CHANGE_HELD, /* a move refused: too soon after the last */
 	PRIO_STAT_NO_STATE,    /* the flow table refused an entry: default class */
 	PRIO_STAT_IDLE_RESET,  /* pias: a flow idle for idle_reset started over in band 0 */
+	PRIO_STAT_MOVE_WAIT,   /* a move put off: the flow sent within move_gap */
 	PRIO_STAT_MAX,
 };
 

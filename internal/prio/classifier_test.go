@@ -314,3 +314,29 @@ func TestOptionRoundTrip(t *testing.T) {
 	}
 	_ = fmt.Sprint
 }
+
+// TestMoveGap: with move_gap set, a flow that keeps sending stays in its band however its
+// occupancy changes (the refused moves are counted), and moves once it has been silent that
+// long. Its first information still moves it at once.
+func TestMoveGap(t *testing.T) {
+	t.Parallel()
+	f := func(port uint16, occ uint8) []byte { return tcpFrame(trusted, server, port, 80, ours(occ, 1000)) }
+	busy := classifier(t, &RouterPolicy{Scheme: Occupancy, Leaves: 1, MoveGap: time.Hour})
+	if got := classify(t, busy, f(1, 95)); got != class(0, 0) {
+		t.Fatalf("first information (95 %% full): class %x, want band 0 at once (%x)", got, class(0, 0))
+	}
+	for range 3 {
+		if got := classify(t, busy, f(1, 5)); got != class(0, 0) {
+			t.Errorf("moved to %x mid-burst", got)
+		}
+	}
+	if n := counter(t, busy, classifierPrioStatPRIO_STAT_MOVE_WAIT); n != 3 {
+		t.Errorf("%d moves put off counted, want 3", n)
+	}
+	// 1 ns: every packet comes after a longer silence than that.
+	quiet := classifier(t, &RouterPolicy{Scheme: Occupancy, Leaves: 1, MoveGap: time.Nanosecond})
+	classify(t, quiet, f(2, 95))
+	if got := classify(t, quiet, f(2, 5)); got != class(9, 0) {
+		t.Errorf("after a silence: class %x, want band 9 (%x)", got, class(9, 0))
+	}
+}

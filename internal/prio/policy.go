@@ -50,6 +50,7 @@ type RouterPolicy struct {
 	Thresholds     []uint64       // backlog / pias band edges, bytes, ascending
 	Limit          int            // packets per leaf queue
 	IdleReset      time.Duration  // pias: a flow idle this long starts over in band 0 (0: never)
+	MoveGap        time.Duration  // a flow changes band only after sending nothing this long
 	Weighted       bool           // bands share the link by weight instead of strict priority
 }
 
@@ -57,9 +58,13 @@ type RouterPolicy struct {
 var (
 	// occupancyChangeInterval: occupancy changes with every segment, and every move can
 	// reorder a flow's packets between queues. One move per flow per 5 s keeps the fairness
-	// the moves buy at a cost of ~8 % of utilization at 200 flows; longer holds trade the
-	// fairness back for it (measured: docs/prio.md).
+	// the moves buy; longer holds trade it away (measured: docs/prio.md).
 	occupancyChangeInterval = 5 * time.Second
+	// occupancyMoveGap: a flow moves only after falling silent this long, once its packets
+	// have left the old queue. Moving mid-burst cost ~8 % of utilization at 200 flows in
+	// data received twice; 200 ms (TCP's minimum RTO: the silence of a flow that waits
+	// out a timeout, i.e. a starved one) gave it back (measured: docs/prio.md).
+	occupancyMoveGap = 200 * time.Millisecond
 
 	// A bulk flow's advertised backlog saturates at its send buffer (hundreds of KB to
 	// tcp_wmem's 4 MB as autotuning grows it), so an edge near that size would split bulk
@@ -137,7 +142,7 @@ func ParseHostPolicy(file string, data []byte) (*HostPolicy, error) {
 	return p, nil
 }
 
-var routerKeys = []string{"scheme", "leaves", "trust", "max_claim", "min_rate", "band_change_interval", "thresholds", "limit", "idle_reset", "service"}
+var routerKeys = []string{"scheme", "leaves", "trust", "max_claim", "min_rate", "band_change_interval", "thresholds", "limit", "idle_reset", "move_gap", "service"}
 
 // LoadRouterPolicy reads and checks a router policy file.
 func LoadRouterPolicy(file string) (*RouterPolicy, error) {
@@ -220,6 +225,8 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 			duration(v, key, &p.ChangeInterval, "10ms (0 lets flows move at every packet)")
 		case "idle_reset":
 			duration(v, key, &p.IdleReset, "100ms (0: a flow is never promoted again)")
+		case "move_gap":
+			duration(v, key, &p.MoveGap, "200ms (0: mid-burst too)")
 		case "thresholds":
 			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 || len(v.Content) > PrioMaxThresh {
 				el.Add(v.Line, key, "must be a list of 1 to %d sizes, ascending, e.g. [100KB, 1MB]", PrioMaxThresh)
@@ -259,6 +266,9 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 		}
 		if !config.HasKey(root, "band_change_interval") {
 			p.ChangeInterval = occupancyChangeInterval
+		}
+		if !config.HasKey(root, "move_gap") {
+			p.MoveGap = occupancyMoveGap
 		}
 	case Backlog:
 		if p.Thresholds == nil {

@@ -35,6 +35,7 @@ func TestRouterPolicyErrors(t *testing.T) {
 		{"scheme: occupancy\ntrust: [198.18.0.0/15]\nservice: strict\nmin_rate: 10%\n", "min_rate: 11 bands × 10% is more than the link"},
 		{"scheme: backlog\ntrust: [198.18.0.0/15]\nservice: fast\n", `p.yaml:3: service: "fast" is not a band service; use strict or weighted`},
 		{"scheme: pias\nidle_reset: soon\n", `p.yaml:2: idle_reset: "soon" is not a duration`},
+		{"scheme: occupancy\ntrust: [198.18.0.0/15]\nmove_gap: 2\n", `p.yaml:3: move_gap: "2" is not a duration`},
 		{"scheme: fair\nband_change_interval: -1s\n", `p.yaml:2: band_change_interval: "-1s" is not a duration`},
 		{"scheme: fair\ntrust: [10.0.0.0/33]\n", "p.yaml:2: trust"},
 	} {
@@ -61,18 +62,20 @@ func TestRouterPolicyErrors(t *testing.T) {
 			t.Errorf("backlog with %q: min_rate %g, want %g", yaml, p.MinRate, want)
 		}
 	}
-	// occupancy: weighted bands and one move per 5 s unless the policy says otherwise.
+	// occupancy: weighted bands, one move per 5 s and only after 200 ms of silence, unless
+	// the policy says otherwise.
 	for yaml, want := range map[string]RouterPolicy{
-		"":                             {Weighted: true, ChangeInterval: 5 * time.Second},
-		"service: strict\n":            {Weighted: false, ChangeInterval: 5 * time.Second},
-		"band_change_interval: 10ms\n": {Weighted: true, ChangeInterval: 10 * time.Millisecond},
+		"":                             {Weighted: true, ChangeInterval: 5 * time.Second, MoveGap: 200 * time.Millisecond},
+		"service: strict\n":            {Weighted: false, ChangeInterval: 5 * time.Second, MoveGap: 200 * time.Millisecond},
+		"band_change_interval: 10ms\n": {Weighted: true, ChangeInterval: 10 * time.Millisecond, MoveGap: 200 * time.Millisecond},
+		"move_gap: 0s\n":               {Weighted: true, ChangeInterval: 5 * time.Second},
 	} {
 		p, err := ParseRouterPolicy("p.yaml", []byte("scheme: occupancy\ntrust: [198.18.0.0/15]\n"+yaml))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Weighted != want.Weighted || p.ChangeInterval != want.ChangeInterval {
-			t.Errorf("occupancy with %q: weighted %v, interval %v; want %v, %v", yaml, p.Weighted, p.ChangeInterval, want.Weighted, want.ChangeInterval)
+		if p.Weighted != want.Weighted || p.ChangeInterval != want.ChangeInterval || p.MoveGap != want.MoveGap {
+			t.Errorf("occupancy with %q: weighted %v, interval %v, move gap %v; want %v, %v, %v", yaml, p.Weighted, p.ChangeInterval, p.MoveGap, want.Weighted, want.ChangeInterval, want.MoveGap)
 		}
 	}
 }

@@ -141,6 +141,7 @@ func loadClassifierFor(p *RouterPolicy) (*classifierObjects, error) {
 		"nthresh": uint32(len(p.Thresholds)), "thresh": thresh,
 		"change_interval_ns": uint64(p.ChangeInterval.Nanoseconds()),
 		"idle_reset_ns":      uint64(p.IdleReset.Nanoseconds()),
+		"move_gap_ns":        uint64(p.MoveGap.Nanoseconds()),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)

@@ -62,7 +62,7 @@ type Status struct {
 	Hosts   []HostStatus   `json:"hosts"`
 }
 
-var routerCounterNames = []string{"packets", "parsed", "sctp", "no_option", "malformed", "untrusted", "capped", "other", "band_change", "change_held", "no_state", "idle_reset"}
+var routerCounterNames = []string{"packets", "parsed", "sctp", "no_option", "malformed", "untrusted", "capped", "other", "band_change", "change_held", "no_state", "idle_reset", "move_wait"}
 var hostCounterNames = []string{"matched", "unmatched", "written", "no_room", "no_tcp_sock"}
 
 // ReadStatus reads every router of this network namespace and every host attachment.
