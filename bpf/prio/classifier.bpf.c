@@ -24,7 +24,7 @@ volatile const __u32 nthresh = 0;		   /* backlog / pias thresholds in use */
 volatile const __u64 thresh[PRIO_MAX_THRESH] = {}; /* bytes, ascending */
 volatile const __u64 change_interval_ns = 0;	   /* at most one band change per interval */
 volatile const __u64 idle_reset_ns = 0;		   /* pias: an idle gap ends a message */
-volatile const __u64 move_gap_ns = 0;		   /* a flow moves only after sending nothing this long */
+volatile const __u64 move_gap_ns = 0;		   /* a flow moves only after this silence */
 
 /* key = struct prio_flow_key, value = struct prio_flow */
 struct {
