@@ -15,28 +15,52 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flowplane/flowplane/internal/ancestry"
 )
 
 // Mount finds where cgroup v2 is mounted, from /proc/mounts (on hybrid hosts it is not
-// /sys/fs/cgroup).
+// /sys/fs/cgroup). Under `ip netns exec`, whose fresh /sys hides it, it is the host's mount
+// reached through an ancestor's root: /proc/PID/root/sys/fs/cgroup/….
 func Mount() (string, error) {
-	f, err := os.Open("/proc/mounts")
+	if mp := cgroup2In("/proc/self/mounts"); mp != "" {
+		return mp, nil
+	}
+	for _, pid := range ancestry.Chain() {
+		root := fmt.Sprintf("/proc/%d/root", pid)
+		if mp := cgroup2In(fmt.Sprintf("/proc/%d/mounts", pid)); mp != "" && isCgroup2(root+mp) {
+			return root + mp, nil
+		}
+	}
+	return "", errors.New("no cgroup2 file system in /proc/mounts; mount one (mount -t cgroup2 none /sys/fs/cgroup/unified)")
+}
+
+// cgroup2In is the first cgroup2 mount point a mounts file lists ("" if none).
+func cgroup2In(mounts string) string {
+	f, err := os.Open(mounts)
 	if err != nil {
-		return "", fmt.Errorf("read /proc/mounts: %w", err)
+		return ""
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		if len(fields) >= 3 && fields[2] == "cgroup2" {
-			return fields[1], nil
+			return fields[1]
 		}
 	}
-	return "", errors.New("no cgroup2 file system in /proc/mounts; mount one (mount -t cgroup2 none /sys/fs/cgroup/unified)")
+	return ""
+}
+
+func isCgroup2(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
 }
 
 // Resolve turns a --cgroup argument (absolute, or relative to the cgroup2 mount) into
-// an absolute path, checking it is a cgroup v2 directory and not the root.
+// an absolute path, checking it is a cgroup v2 directory and not the root. An absolute path
+// the host sees but this mount namespace does not (`ip netns exec`) is taken through the
+// host's root, as Mount finds it.
 func Resolve(arg string) (string, error) {
 	root, err := Mount()
 	if err != nil {
@@ -45,6 +69,8 @@ func Resolve(arg string) (string, error) {
 	p := arg
 	if !filepath.IsAbs(p) {
 		p = filepath.Join(root, p)
+	} else if host, ok := hostRoot(root); ok && !strings.HasPrefix(p, root+"/") {
+		p = host + p
 	}
 	p = filepath.Clean(p)
 	if fi, err := os.Stat(p); err != nil {
@@ -52,17 +78,23 @@ func Resolve(arg string) (string, error) {
 	} else if !fi.IsDir() {
 		return "", fmt.Errorf("--cgroup %s is a file, not a cgroup directory", arg)
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(p, &st); err != nil {
-		return "", fmt.Errorf("--cgroup %s: %w", arg, err)
-	}
-	if st.Type != unix.CGROUP2_SUPER_MAGIC {
+	if !isCgroup2(p) {
 		return "", fmt.Errorf("--cgroup %s is not on a cgroup v2 file system (cgroup v2 is mounted at %s)", arg, root)
 	}
 	if p == root {
 		return "", fmt.Errorf("--cgroup %s is the root cgroup; flowplane does not act on every socket on the host, give a child cgroup", arg)
 	}
 	return p, nil
+}
+
+// hostRoot is /proc/PID/root when Mount found cgroup v2 through an ancestor's root.
+func hostRoot(mount string) (string, bool) {
+	rest, ok := strings.CutPrefix(mount, "/proc/")
+	if !ok {
+		return "", false
+	}
+	pid, _, ok := strings.Cut(rest, "/root/")
+	return "/proc/" + pid + "/root", ok
 }
 
 // Remove removes a cgroup flowplane created. Processes still in it (a `tune run` that

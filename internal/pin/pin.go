@@ -19,10 +19,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flowplane/flowplane/internal/ancestry"
 )
 
 // Root holds every object flowplane pins, one subdirectory per subsystem (as seen from the
@@ -41,16 +42,8 @@ var outer struct {
 // findOuter walks from PID 1 down this process's ancestors for the first root whose
 // /sys/fs/bpf is a bpffs, and opens that directory.
 func findOuter() {
-	var chain []int
-	for pid := os.Getppid(); pid > 0 && len(chain) < 64; {
-		chain = append(chain, pid)
-		pid = parentOf(pid)
-	}
-	if len(chain) == 0 || chain[len(chain)-1] != 1 {
-		chain = append(chain, 1)
-	}
-	for i := len(chain) - 1; i >= 0; i-- {
-		dir := fmt.Sprintf("/proc/%d/root%s", chain[i], bpffs)
+	for _, pid := range ancestry.Chain() {
+		dir := fmt.Sprintf("/proc/%d/root%s", pid, bpffs)
 		fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			continue
@@ -64,25 +57,6 @@ func findOuter() {
 		outer.path, outer.dev = "/proc/self/fd/"+strconv.Itoa(fd), st.Dev
 		return
 	}
-}
-
-// parentOf reads a process's parent from /proc/PID/stat (0 when it cannot).
-func parentOf(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// pid (comm) state ppid …: comm may hold spaces and parentheses, so cut at the last ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
 }
 
 // base is the bpffs directory flowplane's pins live under: /sys/fs/bpf when that is the
