@@ -90,8 +90,8 @@ func (b *bench) classifierCost() error {
 
 // throughputCost runs one TCP flow s1 → d1 with r1's bottleneck unshaped (HTB far above what
 // the CPUs can forward), in interleaved rounds: plain forwarding, a NIC's default qdisc, then
-// the host writer and the router's parts alone and together (fifo: an HTB tree of one class, the classifier returns at
-// once; backlog: the classifier reads every packet).
+// the host writer and the router's parts alone and together (fifo: an HTB tree of one class,
+// the classifier returns at once; backlog: the classifier reads every packet).
 func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 	const rounds = 5
 	const unshaped = 100e9

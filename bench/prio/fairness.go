@@ -95,7 +95,7 @@ func (b *bench) fairness(ctx context.Context) error {
 			util := s.sum / float64(b.c.rate)
 			t.Add(scheme, s.mean/1e6, s.std/1e6, ratio(s.std, fair.std), s.jain, util, ratio(s.sum, fair.sum), flips[scheme], retrans[scheme], dups[scheme], len(perScheme[scheme]))
 		}
-		t.Notes = append(t.Notes, "Goodput: bytes acknowledged (TCP_INFO) over the window, after "+warm.String()+" of warm-up. Received twice: segments the receivers reported with DSACK, link capacity spent on data already delivered (a lower bound: a duplicate arriving while a DSACK is pending is not reported again). Ratios against fair of the same run; — where fair did not run.")
+		t.Notes = append(t.Notes, "Goodput: bytes acknowledged (TCP_INFO) over the window, after "+warm.String()+" of warm-up. Received twice: segments the receivers reported with DSACK, link capacity spent on data already delivered (a lower bound: receivers do not report every duplicate, docs/prio.md). Ratios against fair of the same run; — where fair did not run.")
 		b.table(t)
 		b.res.Data[fmt.Sprintf("fairness_%d_bps", n)] = perScheme
 		if err := plotCDFs(b.out, fmt.Sprintf("fairness-%d.png", n), fmt.Sprintf("Per-flow goodput, %d flows", n), "Mbit/s", perScheme, b.c.schemes, 1e-6); err != nil {

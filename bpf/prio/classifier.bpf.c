@@ -345,8 +345,8 @@ int prio_classify(struct __sk_buff *skb)
 			fp_count(&prio_stats, PRIO_STAT_CHANGE_HELD);
 		} else if (informed && gap < move_gap_ns) {
 			/* Mid-burst, the flow's last packets still wait in the old band's queue and
-			 * would be overtaken: the receiver reads reordering as loss and the sender
-			 * resends data that was not lost. After a gap they have left. */
+			 * would be overtaken: the sender takes the reordering for loss and resends
+			 * data that was not lost. After a gap they have left. */
 			fp_count(&prio_stats, PRIO_STAT_MOVE_WAIT);
 		} else {
 			band = target;

@@ -69,7 +69,7 @@ func device(t *testing.T, l *lab.Lab, node, ifc string) string {
 func TestLabAdvertiseAndClassify(t *testing.T) {
 	t.Parallel()
 	testenv.Privileged(t)
-	testenv.Need(t, "iperf3", "tcpdump")
+	testenv.Need(t, "iperf3", "tcpdump", "python3")
 	l := labtest.Up(t, labtest.HostRouterHost)
 	h2 := labtest.Addr(t, l, "h2", "4")
 	cg := testCgroup(t)
