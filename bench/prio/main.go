@@ -68,6 +68,7 @@ type config struct {
 	schemes    []string // fairness and cost
 	fctSchemes []string
 	flows      []int
+	runs       int
 	workloads  []string
 	loads      []float64
 	dur        time.Duration
@@ -95,15 +96,20 @@ func main() {
 	flows := flag.String("flows", "20,200,1000", "fair: numbers of long-lived flows")
 	workloads := flag.String("workloads", "websearch,datamining", "fct: CDFs under bench/prio/cdf/")
 	loads := flag.String("loads", "0.5,0.8", "fct: offered loads")
+	flag.IntVar(&c.runs, "runs", 1, "fair: rounds, the schemes taking turns in each; cells are medians, with Jain's range")
 	flag.DurationVar(&c.dur, "d", 60*time.Second, "fair: measured window per run")
 	flag.DurationVar(&c.fctDur, "fct-d", 100*time.Second, "fct: arrival period per run (100 s: a few hundred small flows per run, so a p99 is not one flow)")
 	rate := flag.String("rate", "100mbit", "bottleneck rate")
-	flag.IntVar(&c.leaves, "leaves", 32, "leaves per band (K)")
-	flag.IntVar(&c.limit, "limit", 64, "packets per leaf queue")
+	flag.IntVar(&c.leaves, "leaves", 64, "leaves per band (K)")
+	flag.IntVar(&c.limit, "limit", 32, "packets per leaf queue")
 	flag.IntVar(&c.fifoLimit, "fifo-limit", 2048, "packets in fifo's one queue (K × limit: the same total as one band of the others)")
 	flag.IntVar(&c.bg, "bg", 2, "fct: long-lived background flows per sender")
 	flag.Float64Var(&c.capBytes, "cap", 30e6, "fct: largest flow size, bytes")
 	flag.Parse()
+	if c.runs < 1 {
+		fmt.Fprintf(os.Stderr, "-runs: %d is not a number of rounds (1 or more)\n", c.runs)
+		os.Exit(2)
+	}
 	c.exps, c.schemes, c.fctSchemes, c.workloads = split(*exps), split(*schemes), split(*fctSchemes), split(*workloads)
 	for _, s := range split(*flows) {
 		n, err := strconv.Atoi(s)

@@ -10,7 +10,10 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// plotCDFs draws one empirical CDF per scheme (values × scale) into dir/file.
+// plotCDFs draws one empirical CDF per scheme (values × scale) into dir/file, on a log x axis:
+// goodputs and completion times span orders of magnitude, and a linear axis squeezes all but
+// the worst outliers into its left edge. Values of 0 (a starved flow) cannot be drawn there:
+// a line starts at its first positive value, its height counting the zeros.
 func plotCDFs(dir, file, title, xlabel string, data map[string][]float64, order []string, scale float64) error {
 	p := plot.New()
 	p.Title.Text = title
@@ -18,14 +21,21 @@ func plotCDFs(dir, file, title, xlabel string, data map[string][]float64, order 
 	p.Y.Label.Text = "CDF"
 	p.Legend.Top = false
 	p.Legend.Left = false
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	for i, scheme := range order {
 		x := slices.Sorted(slices.Values(data[scheme]))
 		if len(x) == 0 {
 			continue
 		}
-		pts := make(plotter.XYs, len(x))
+		var pts plotter.XYs
 		for j, v := range x {
-			pts[j] = plotter.XY{X: v * scale, Y: float64(j+1) / float64(len(x))}
+			if v > 0 {
+				pts = append(pts, plotter.XY{X: v * scale, Y: float64(j+1) / float64(len(x))})
+			}
+		}
+		if len(pts) == 0 {
+			continue
 		}
 		l, err := plotter.NewLine(pts)
 		if err != nil {

@@ -48,9 +48,13 @@ func TestRouterPolicyErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Leaves != 16 || p.Limit != 100 || p.MinRate != 0.01 || p.ChangeInterval != 10*time.Millisecond ||
+	if p.Leaves != 64 || p.Limit != 32 || p.MinRate != 0.01 || p.ChangeInterval != 10*time.Millisecond ||
 		p.IdleReset != 100*time.Millisecond || len(p.Thresholds) != 3 || p.Bands() != 4 || p.DefaultBand() != 0 {
 		t.Errorf("defaults: %+v", p)
+	}
+	// fifo's one queue holds what a band of the others holds.
+	if p, err := ParseRouterPolicy("p.yaml", []byte("scheme: fifo\n")); err != nil || p.Leaves != 1 || p.Limit != 2048 {
+		t.Errorf("fifo defaults: %+v, %v", p, err)
 	}
 	// backlog: every band guaranteed an equal share unless the policy says otherwise.
 	for yaml, want := range map[string]float64{"": 0.25, "thresholds: [10KB]\n": 1.0 / 3, "min_rate: 1%\n": 0.01} {
