@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -14,8 +15,10 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 
 	"github.com/flowplane/flowplane/bench/report"
+	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/packet"
 	"github.com/flowplane/flowplane/internal/prio"
 	"github.com/flowplane/flowplane/internal/progrun"
@@ -91,8 +94,9 @@ func (b *bench) classifierCost() error {
 
 // throughputCost runs one TCP flow s1 → d1 with r1's bottleneck unshaped (HTB far above what
 // the CPUs can forward), in interleaved rounds: plain forwarding, a NIC's default qdisc, then
-// the host writer and the router's parts alone and together (fifo: an HTB tree of one class,
-// the classifier returns at once; backlog: the classifier reads every packet).
+// the host writer and the router's parts alone and together: the classifier on the bare link
+// (the unshaped link: what the writer and the classifier cost by themselves) and over
+// HTB trees (fifo: one class, the classifier returns at once; backlog: it reads every packet).
 func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 	const rounds = 5
 	const unshaped = 100e9
@@ -100,7 +104,7 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 	type arm struct {
 		name   string
 		writer bool   // the generator runs in the host writer's cgroup
-		scheme string // the router's scheme; "" for none, or a plain root qdisc (pfifo_fast)
+		scheme string // the router's scheme; "" for none, "bare" for the classifier alone, or pfifo_fast
 	}
 	// A veth's default is noqueue: no qdisc at all, cheaper than any router interface (a NIC
 	// comes with pfifo_fast or another qdisc), so pfifo_fast is measured too.
@@ -108,6 +112,8 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 		{"plain forwarding (veth: noqueue)", false, ""},
 		{"pfifo_fast (a NIC's default)", false, "pfifo_fast"},
 		{"host writer", true, ""},
+		{"classifier (backlog), no qdisc", false, "bare"},
+		{"host writer + classifier (backlog), no qdisc", true, "bare"},
 		{"HTB (fifo)", false, "fifo"},
 		{"classifier (backlog) + HTB", false, "backlog"},
 		{"host writer + classifier (backlog) + HTB", true, "backlog"},
@@ -145,6 +151,8 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 				if out, qerr := b.cmd(ctx, "r1", "tc", "qdisc", "del", "dev", b.bneck, "root"); qerr != nil && err == nil {
 					err = fmt.Errorf("tc qdisc del on r1: %v: %s", qerr, out)
 				}
+			case "bare":
+				err = b.withBareClassifier(measure)
 			default:
 				p, perr := b.policy(a.scheme, nil)
 				if perr != nil {
@@ -185,6 +193,34 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 	b.res.Data["throughput_bps_"+key] = got
 	b.res.Data["cpu_s_per_gbit_"+key] = cpuPerGbit
 	return nil
+}
+
+// withBareClassifier runs fn with backlog's classifier on r1's bottleneck egress (tcx) and no
+// qdisc: what the classifier costs a link by itself, without the HTB tree that acts on it.
+func (b *bench) withBareClassifier(fn func() error) error {
+	p, err := b.policy("backlog", nil)
+	if err != nil {
+		return err
+	}
+	prog, objs, err := prio.ClassifierProgram(p)
+	if err != nil {
+		return err
+	}
+	defer objs.Close()
+	var l link.Link
+	err = nsrun.Do(b.l.Netns("r1"), func() error {
+		iface, err := net.InterfaceByName(b.bneck)
+		if err != nil {
+			return err
+		}
+		l, err = link.AttachTCX(link.TCXOptions{Interface: iface.Index, Program: prog, Attach: ebpf.AttachTCXEgress})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("attach the classifier to r1's %s: %w", b.bneck, err)
+	}
+	defer l.Close()
+	return fn()
 }
 
 func splitFirst(s string) string { return split(s)[0] }
