@@ -57,7 +57,7 @@ for _ in $(seq 50); do
 done
 
 for scheme in fifo backlog; do
-	printf 'scheme: %s\ntrust: [198.18.0.0/24]\nthresholds: [200KB]\nleaves: 2\n' "$scheme" >"/tmp/fpdemo-prio-$scheme.yaml"
+	printf 'scheme: %s\ntrust: [198.18.0.0/24]\nthresholds: [200KB]\nleaves: 2\nlimit: 100\n' "$scheme" >"/tmp/fpdemo-prio-$scheme.yaml"
 	echo
 	echo "== prio router --rate 20mbit, scheme $scheme"
 	r1 router --dev "$dev" --rate 20mbit --policy "/tmp/fpdemo-prio-$scheme.yaml"
