@@ -98,8 +98,8 @@ func (b *bench) classifierCost() error {
 // (the unshaped link: what the writer and the classifier cost by themselves) and over
 // HTB trees (fifo: one class, the classifier returns at once; backlog: it reads every packet).
 func (b *bench) throughputCost(ctx context.Context, offload bool) error {
-	const rounds = 5
 	const unshaped = 100e9
+	rounds := b.c.costRounds
 	dst := netip.MustParseAddrPort(splitFirst(b.dsts)).String()
 	type arm struct {
 		name   string

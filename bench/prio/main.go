@@ -69,6 +69,7 @@ type config struct {
 	fctSchemes []string
 	flows      []int
 	runs       int
+	costRounds int
 	workloads  []string
 	loads      []float64
 	dur        time.Duration
@@ -97,6 +98,7 @@ func main() {
 	workloads := flag.String("workloads", "websearch,datamining", "fct: CDFs under bench/prio/cdf/")
 	loads := flag.String("loads", "0.5,0.8", "fct: offered loads")
 	flag.IntVar(&c.runs, "runs", 1, "fair: rounds, the schemes taking turns in each; cells are medians, with Jain's range")
+	flag.IntVar(&c.costRounds, "cost-rounds", 5, "cost: interleaved rounds of every arm")
 	flag.DurationVar(&c.dur, "d", 60*time.Second, "fair: measured window per run")
 	flag.DurationVar(&c.fctDur, "fct-d", 100*time.Second, "fct: arrival period per run (100 s: a few hundred small flows per run, so a p99 is not one flow)")
 	rate := flag.String("rate", "100mbit", "bottleneck rate")
@@ -106,8 +108,8 @@ func main() {
 	flag.IntVar(&c.bg, "bg", 2, "fct: long-lived background flows per sender")
 	flag.Float64Var(&c.capBytes, "cap", 30e6, "fct: largest flow size, bytes")
 	flag.Parse()
-	if c.runs < 1 {
-		fmt.Fprintf(os.Stderr, "-runs: %d is not a number of rounds (1 or more)\n", c.runs)
+	if c.runs < 1 || c.costRounds < 1 {
+		fmt.Fprintln(os.Stderr, "-runs and -cost-rounds: give 1 or more rounds")
 		os.Exit(2)
 	}
 	c.exps, c.schemes, c.fctSchemes, c.workloads = split(*exps), split(*schemes), split(*fctSchemes), split(*workloads)
