@@ -102,9 +102,9 @@ func main() {
 	flag.DurationVar(&c.dur, "d", 60*time.Second, "fair: measured window per run")
 	flag.DurationVar(&c.fctDur, "fct-d", 100*time.Second, "fct: arrival period per run (100 s: a few hundred small flows per run, so a p99 is not one flow)")
 	rate := flag.String("rate", "100mbit", "bottleneck rate")
-	flag.IntVar(&c.leaves, "leaves", 64, "leaves per band (K)")
-	flag.IntVar(&c.limit, "limit", 32, "packets per leaf queue")
-	flag.IntVar(&c.fifoLimit, "fifo-limit", 2048, "packets in fifo's one queue (K × limit: the same total as one band of the others)")
+	flag.IntVar(&c.leaves, "leaves", 0, "leaves per band (K; 0: the router policy's default)")
+	flag.IntVar(&c.limit, "limit", 0, "packets per leaf queue (0: the router policy's default, a band's 2048 packets over its leaves)")
+	flag.IntVar(&c.fifoLimit, "fifo-limit", 0, "packets in fifo's one queue (0: the router policy's default, as many as a band of the others)")
 	flag.IntVar(&c.bg, "bg", 2, "fct: long-lived background flows per sender")
 	flag.Float64Var(&c.capBytes, "cap", 30e6, "fct: largest flow size, bytes")
 	flag.Parse()
@@ -283,7 +283,13 @@ func (b *bench) policy(name string, thresholds []uint64) (*prio.RouterPolicy, er
 		limit = b.c.fifoLimit
 	}
 	scheme, variant, _ := strings.Cut(name, "-")
-	y := fmt.Sprintf("scheme: %s\nleaves: %d\nlimit: %d\ntrust: [198.18.0.0/15]\n", scheme, b.c.leaves, limit)
+	y := fmt.Sprintf("scheme: %s\ntrust: [198.18.0.0/15]\n", scheme)
+	if b.c.leaves > 0 {
+		y += fmt.Sprintf("leaves: %d\n", b.c.leaves)
+	}
+	if limit > 0 {
+		y += fmt.Sprintf("limit: %d\n", limit)
+	}
 	if variant == "strict" {
 		y += "service: strict\nband_change_interval: 10ms\nmove_gap: 0s\n"
 	}
