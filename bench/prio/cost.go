@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -16,8 +18,10 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/bench/report"
+	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/packet"
 	"github.com/flowplane/flowplane/internal/prio"
@@ -35,14 +39,64 @@ func (b *bench) cost(ctx context.Context) error {
 	if err := b.offload(ctx, 0, true); err != nil {
 		return err
 	}
-	err := b.throughputCost(ctx, true)
-	if oerr := b.offload(ctx, 0, false); err == nil {
-		err = oerr
+	return b.onOneCPU(func() error {
+		err := b.throughputCost(ctx, true)
+		if oerr := b.offload(ctx, 0, false); err == nil {
+			err = oerr
+		}
+		if err != nil {
+			return err
+		}
+		return b.throughputCost(ctx, false)
+	})
+}
+
+// onOneCPU runs fn with the generator and d1's sink on one CPU, the machine's last: then one
+// flow's whole path (sender, r1's forwarding and classifier, receiver) runs on it, every cycle
+// the writer and the classifier take comes out of the flow's throughput, and no packets are
+// reordered between two CPUs' backlogs. Spread over this VM's two CPUs, that reordering and
+// its spurious retransmissions moved a flow 10–30 % from round to round, and any change of
+// timing (8 bytes less payload per segment, with no BPF at all: iperf3 -M) moved the mean by
+// as much as the cost measured.
+func (b *bench) onOneCPU(fn func() error) error {
+	var all, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		return fmt.Errorf("CPUs of the bench: %w", err)
 	}
+	cpu := 0
+	for i := range 1024 {
+		if all.IsSet(i) {
+			cpu = i
+		}
+	}
+	one.Set(cpu)
+	if err := setAffinity(b.sinks[0].Pid, &one); err != nil {
+		return fmt.Errorf("pin d1's sink to CPU %d: %w", cpu, err)
+	}
+	b.pin = strconv.Itoa(cpu)
+	defer func() {
+		b.pin = ""
+		_ = setAffinity(b.sinks[0].Pid, &all)
+	}()
+	return fn()
+}
+
+// setAffinity puts every thread of process pid (a Go program runs several) on the CPUs of set.
+func setAffinity(pid int, set *unix.CPUSet) error {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return err
 	}
-	return b.throughputCost(ctx, false)
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, set); err != nil {
+			return fmt.Errorf("thread %d: %w", tid, err)
+		}
+	}
+	return nil
 }
 
 // classifierCost times the classifier on an established flow's data segment (timestamps and
@@ -100,7 +154,7 @@ func (b *bench) classifierCost() error {
 func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 	const unshaped = 100e9
 	rounds := b.c.costRounds
-	dst := netip.MustParseAddrPort(splitFirst(b.dsts)).String()
+	dst := netip.MustParseAddrPort(splitFirst(b.dsts)).Addr().String()
 	type arm struct {
 		name   string
 		writer bool   // the generator runs in the host writer's cgroup
@@ -118,25 +172,21 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 		{"classifier (backlog) + HTB", false, "backlog"},
 		{"host writer + classifier (backlog) + HTB", true, "backlog"},
 	}
-	got, cpuPerGbit := map[string][]float64{}, map[string][]float64{}
+	got, cpuPerGbit, resent := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 	for round := range rounds {
 		for _, a := range arms {
 			slog.Info("throughput cost", "round", round+1, "arm", a.name)
 			measure := func() error {
-				at, d := time.Now().Add(2*time.Second), 6*time.Second
 				busy := make(chan float64, 1)
-				go func() { busy <- cpuBusyDuring(at, d) }()
-				out, err := b.gen(ctx, "s1", a.writer, "long", "-dst", dst, "-n", "1", "-at", strconv.FormatInt(at.UnixMilli(), 10), "-d", d.String())
+				go func() { busy <- cpuBusyDuring(time.Now().Add(costWarmUp), costWindow) }()
+				bps, retransmits, err := b.iperf3(ctx, dst, a.writer)
 				if err != nil {
 					return err
 				}
-				var r LongResult
-				if err := json.Unmarshal(out, &r); err != nil || len(r.Bps) != 1 {
-					return fmt.Errorf("generator output %q: %v", out, err)
-				}
-				got[a.name] = append(got[a.name], r.Bps[0])
+				got[a.name] = append(got[a.name], bps)
+				resent[a.name] = append(resent[a.name], retransmits/costWindow.Seconds())
 				// CPU seconds the whole machine spent per gigabit moved in the window
-				cpuPerGbit[a.name] = append(cpuPerGbit[a.name], <-busy/(r.Bps[0]*d.Seconds()/1e9))
+				cpuPerGbit[a.name] = append(cpuPerGbit[a.name], <-busy/(bps*costWindow.Seconds()/1e9))
 				return nil
 			}
 			var err error
@@ -169,7 +219,7 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 	title := map[bool]string{true: "TSO/GSO on", false: "TSO/GSO off"}[offload]
 	t := &report.Table{
 		Title:   "Cost: one TCP flow through an unshaped r1, " + title + " (median of interleaved rounds)",
-		Columns: []string{"arm", "Gbit/s", "ratio to plain", "ratio to its baseline, per round", "CPU s / Gbit", "Gbit per CPU s, ratio to plain"},
+		Columns: []string{"arm", "Gbit/s", "ratio to plain", "ratio to its baseline, per round: median (min–max)", "mean (95 % interval)", "CPU s / Gbit", "Gbit per CPU s, ratio to plain", "segments resent / s"},
 	}
 	base, baseCPU := percentile(got[arms[0].name], 50), percentile(cpuPerGbit[arms[0].name], 50)
 	for _, a := range arms {
@@ -184,18 +234,102 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 		for i, v := range got[a.name] {
 			paired = append(paired, v/got[baseline][i])
 		}
-		t.Add(a.name, m/1e9, m/base, fmt.Sprintf("%.3f (%.3f–%.3f)", report.Median(paired), slices.Min(paired), slices.Max(paired)), c, baseCPU/c)
+		mean, half := meanInterval(paired)
+		t.Add(a.name, m/1e9, m/base, fmt.Sprintf("%.3f (%.3f–%.3f)", report.Median(paired), slices.Min(paired), slices.Max(paired)),
+			fmt.Sprintf("%.3f (%.3f–%.3f)", mean, mean-half, mean+half), c, baseCPU/c, percentile(resent[a.name], 50))
 	}
 	note := "the sender's TSO/GSO off (as for the other experiments: the bottleneck must see MTU-sized packets), so one flow is CPU-bound at a few Gbit/s and the per-packet cost shows in full"
 	if offload {
 		note = "the sender's TSO/GSO on, as a host has them"
 	}
-	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of 6 s after 2 s of warm-up; %s. Ratio to its baseline: each round's goodput over the same round's HTB (fifo) for the arms over HTB, over plain forwarding for the others; median (min–max). CPU: the whole machine's busy time (/proc/stat) in the window per gigabit moved.", rounds, note))
+	cc, _ := b.cmd(ctx, "s1", "sysctl", "-n", "net.ipv4.tcp_congestion_control")
+	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of iperf3 (congestion control: %s, the system's default), %v after %v of warm-up, the sender, r1, r2 and the receiver on one CPU; %s. Ratio to its baseline: each round's goodput over the same round's HTB (fifo) for the arms over HTB, over plain forwarding for the others: median (min–max), and mean with its 95 %% interval. CPU: the whole machine's busy time (/proc/stat) in the window per gigabit moved.", rounds, strings.TrimSpace(string(cc)), costWindow, costWarmUp, note))
 	b.table(t)
 	key := map[bool]string{true: "tso_on", false: "tso_off"}[offload]
 	b.res.Data["throughput_bps_"+key] = got
 	b.res.Data["cpu_s_per_gbit_"+key] = cpuPerGbit
+	b.res.Data["resent_per_s_"+key] = resent
 	return nil
+}
+
+// The cost experiment's flows: iperf3's goodput over the window after the warm-up.
+const costWarmUp, costWindow = time.Second, 4 * time.Second
+
+// iperf3 runs one iperf3 flow s1 → dst (d1), the client in the host writer's cgroup if
+// advertise, and returns its goodput in bit/s and its retransmitted segments over costWindow
+// after costWarmUp. iperf3, one
+// thread each side, is what users measure a link with; it keeps the Go runtime's threads out
+// of a one-CPU measurement.
+func (b *bench) iperf3(ctx context.Context, dst string, advertise bool) (bps, retransmits float64, err error) {
+	srv, err := b.command(ctx, "d1", "iperf3", "-s", "-1")
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := srv.Start(); err != nil {
+		return 0, 0, fmt.Errorf("iperf3 server on d1: %w", err)
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	var out []byte
+	for try := 0; ; try++ { // until the server listens
+		time.Sleep(100 * time.Millisecond)
+		cmd, err := b.command(ctx, "s1", "iperf3", "-c", dst, "-J", "-O", strconv.Itoa(int(costWarmUp.Seconds())), "-t", strconv.Itoa(int(costWindow.Seconds())))
+		if err != nil {
+			return 0, 0, err
+		}
+		var fd io.Closer = io.NopCloser(nil)
+		if advertise {
+			if fd, err = cgroup.Into(cmd.Cmd, b.cg); err != nil {
+				return 0, 0, err
+			}
+		}
+		out, err = cmd.Output()
+		fd.Close()
+		if err == nil {
+			break
+		}
+		if try == 20 {
+			return 0, 0, fmt.Errorf("iperf3 s1 → %s: %w: %s", dst, err, out)
+		}
+	}
+	var r struct {
+		End struct {
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+			SumSent struct {
+				Retransmits float64 `json:"retransmits"`
+			} `json:"sum_sent"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil || r.End.SumReceived.BitsPerSecond == 0 {
+		return 0, 0, fmt.Errorf("iperf3 output %q: %v", out, err)
+	}
+	return r.End.SumReceived.BitsPerSecond, r.End.SumSent.Retransmits, nil
+}
+
+// meanInterval is the mean of xs and the half-width of its 95 % confidence interval
+// (Student's t: a handful of rounds).
+func meanInterval(xs []float64) (mean, half float64) {
+	n := float64(len(xs))
+	for _, x := range xs {
+		mean += x / n
+	}
+	if len(xs) < 2 {
+		return mean, math.NaN()
+	}
+	var ss float64
+	for _, x := range xs {
+		ss += (x - mean) * (x - mean)
+	}
+	// t quantiles (0.975) for 1–9 degrees of freedom, then 2.1 up to 29, 2.0 beyond
+	t := []float64{12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26}
+	q := 2.0
+	if df := len(xs) - 1; df <= len(t) {
+		q = t[df-1]
+	} else if df < 30 {
+		q = 2.1
+	}
+	return mean, q * math.Sqrt(ss/(n-1)/n)
 }
 
 // withBareClassifier runs fn with backlog's classifier on r1's bottleneck egress (tcx) and no

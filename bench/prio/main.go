@@ -98,7 +98,7 @@ func main() {
 	workloads := flag.String("workloads", "websearch,datamining", "fct: CDFs under bench/prio/cdf/")
 	loads := flag.String("loads", "0.5,0.8", "fct: offered loads")
 	flag.IntVar(&c.runs, "runs", 1, "fair: rounds, the schemes taking turns in each; cells are medians, with Jain's range")
-	flag.IntVar(&c.costRounds, "cost-rounds", 5, "cost: interleaved rounds of every arm")
+	flag.IntVar(&c.costRounds, "cost-rounds", 10, "cost: interleaved rounds of every arm")
 	flag.DurationVar(&c.dur, "d", 60*time.Second, "fair: measured window per run")
 	flag.DurationVar(&c.fctDur, "fct-d", 100*time.Second, "fct: arrival period per run (100 s: a few hundred small flows per run, so a p99 is not one flow)")
 	rate := flag.String("rate", "100mbit", "bottleneck rate")
@@ -152,11 +152,13 @@ type bench struct {
 	self      string
 	cg        string
 	host      string
-	bneck     string   // r1's device towards r2
-	senders   []string // s1, s2
-	senderDev []string // their interfaces
-	dsts      string   // receivers' sink addresses, comma-separated
-	out       string   // bench/results/prio
+	bneck     string        // r1's device towards r2
+	senders   []string      // s1, s2
+	senderDev []string      // their interfaces
+	dsts      string        // receivers' sink addresses, comma-separated
+	sinks     []*os.Process // d1's and d2's
+	pin       string        // if set, generators and iperf3 run on this CPU list (taskset)
+	out       string        // bench/results/prio
 	res       *report.Result
 }
 
@@ -226,6 +228,7 @@ func run(ctx context.Context, c config) error {
 			return fmt.Errorf("sink on %s: %w", d, err)
 		}
 		defer func() { _ = sink.Process.Kill(); _ = sink.Wait() }()
+		b.sinks = append(b.sinks, sink.Process)
 	}
 	time.Sleep(300 * time.Millisecond)
 	for _, e := range c.exps {
@@ -346,7 +349,7 @@ func (b *bench) sendersIdle() error {
 // gen runs the generator on node, inside the host writer's cgroup if advertise, and returns
 // its stdout.
 func (b *bench) gen(ctx context.Context, node string, advertise bool, args ...string) ([]byte, error) {
-	cmd, err := b.l.Command(ctx, node, b.self, append([]string{"gen"}, args...)...)
+	cmd, err := b.command(ctx, node, b.self, append([]string{"gen"}, args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -387,6 +390,14 @@ func (b *bench) onSenders(ctx context.Context, args func(i int) []string) ([][]b
 func (b *bench) table(t *report.Table) {
 	b.res.Tables = append(b.res.Tables, t)
 	t.Markdown(os.Stderr)
+}
+
+// command is name with args on node, on b.pin's CPUs if set.
+func (b *bench) command(ctx context.Context, node, name string, args ...string) (*lab.NodeCmd, error) {
+	if b.pin != "" {
+		name, args = "taskset", append([]string{"-c", b.pin, name}, args...)
+	}
+	return b.l.Command(ctx, node, name, args...)
 }
 
 func (b *bench) cmd(ctx context.Context, node, name string, args ...string) ([]byte, error) {

@@ -58,7 +58,7 @@ struct prio_flow_key {
 
 struct prio_flow {
 	__u64 bytes;	   /* seen at this hook */
-	__u64 last_seen;   /* ns, bpf_ktime_get_ns */
+	__u64 last_seen;   /* ns; kept only if move_gap or idle_reset is set */
 	__u64 last_change; /* ns of the last band change */
 	__u32 backlog;	   /* last advertised unsent bytes */
 	__u32 changes;	   /* band changes */

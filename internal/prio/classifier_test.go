@@ -94,6 +94,7 @@ func TestBacklogOptionPositions(t *testing.T) {
 			return tcpFrame(trusted, server, p, 80, o)
 		}, def},
 		{"no options", func(p uint16) []byte { return tcpFrame(trusted, server, p, 80, nil) }, def},
+		{"NOP NOP TS alone", func(p uint16) []byte { return tcpFrame(trusted, server, p, 80, opts(optNOP, optNOP, optTS)) }, def},
 		{"option length 0", func(p uint16) []byte {
 			return tcpFrame(trusted, server, p, 80, opts([]byte{30, 0, 0, 0}, ours(10, 5000)))
 		}, def},
