@@ -51,52 +51,24 @@ func (b *bench) cost(ctx context.Context) error {
 	})
 }
 
-// onOneCPU runs fn with the generator and d1's sink on one CPU, the machine's last: then one
-// flow's whole path (sender, r1's forwarding and classifier, receiver) runs on it, every cycle
-// the writer and the classifier take comes out of the flow's throughput, and no packets are
-// reordered between two CPUs' backlogs. Spread over this VM's two CPUs, that reordering and
-// its spurious retransmissions moved a flow 10–30 % from round to round, and any change of
-// timing (8 bytes less payload per segment, with no BPF at all: iperf3 -M) moved the mean by
-// as much as the cost measured.
+// onOneCPU runs fn with iperf3 on one CPU, the machine's last: then one flow's whole path
+// (sender, r1's forwarding and classifier, receiver) runs on it, every cycle the writer and the
+// classifier take comes out of the flow's throughput, and no packets are reordered between two
+// CPUs' backlogs. Spread over this VM's two CPUs, that reordering moved a flow 10–30 % from
+// round to round, and any change of timing (8 bytes less payload per segment, with no BPF at
+// all: iperf3 -M) moved the mean by as much as the cost measured.
 func (b *bench) onOneCPU(fn func() error) error {
-	var all, one unix.CPUSet
+	var all unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &all); err != nil {
 		return fmt.Errorf("CPUs of the bench: %w", err)
 	}
-	cpu := 0
 	for i := range 1024 {
 		if all.IsSet(i) {
-			cpu = i
+			b.pin = strconv.Itoa(i)
 		}
 	}
-	one.Set(cpu)
-	if err := setAffinity(b.sinks[0].Pid, &one); err != nil {
-		return fmt.Errorf("pin d1's sink to CPU %d: %w", cpu, err)
-	}
-	b.pin = strconv.Itoa(cpu)
-	defer func() {
-		b.pin = ""
-		_ = setAffinity(b.sinks[0].Pid, &all)
-	}()
+	defer func() { b.pin = "" }()
 	return fn()
-}
-
-// setAffinity puts every thread of process pid (a Go program runs several) on the CPUs of set.
-func setAffinity(pid int, set *unix.CPUSet) error {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return err
-	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
-		if err := unix.SchedSetaffinity(tid, set); err != nil {
-			return fmt.Errorf("thread %d: %w", tid, err)
-		}
-	}
-	return nil
 }
 
 // classifierCost times the classifier on an established flow's data segment (timestamps and
@@ -257,9 +229,8 @@ const costWarmUp, costWindow = time.Second, 4 * time.Second
 
 // iperf3 runs one iperf3 flow s1 → dst (d1), the client in the host writer's cgroup if
 // advertise, and returns its goodput in bit/s and its retransmitted segments over costWindow
-// after costWarmUp. iperf3, one
-// thread each side, is what users measure a link with; it keeps the Go runtime's threads out
-// of a one-CPU measurement.
+// after costWarmUp. iperf3, one thread each side, is what users measure a link with; it keeps
+// the Go runtime's threads out of a one-CPU measurement.
 func (b *bench) iperf3(ctx context.Context, dst string, advertise bool) (bps, retransmits float64, err error) {
 	srv, err := b.command(ctx, "d1", "iperf3", "-s", "-1")
 	if err != nil {

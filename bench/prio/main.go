@@ -152,13 +152,12 @@ type bench struct {
 	self      string
 	cg        string
 	host      string
-	bneck     string        // r1's device towards r2
-	senders   []string      // s1, s2
-	senderDev []string      // their interfaces
-	dsts      string        // receivers' sink addresses, comma-separated
-	sinks     []*os.Process // d1's and d2's
-	pin       string        // if set, generators and iperf3 run on this CPU list (taskset)
-	out       string        // bench/results/prio
+	bneck     string   // r1's device towards r2
+	senders   []string // s1, s2
+	senderDev []string // their interfaces
+	dsts      string   // receivers' sink addresses, comma-separated
+	pin       string   // if set, iperf3 runs on this CPU list (taskset)
+	out       string   // bench/results/prio
 	res       *report.Result
 }
 
@@ -228,7 +227,6 @@ func run(ctx context.Context, c config) error {
 			return fmt.Errorf("sink on %s: %w", d, err)
 		}
 		defer func() { _ = sink.Process.Kill(); _ = sink.Wait() }()
-		b.sinks = append(b.sinks, sink.Process)
 	}
 	time.Sleep(300 * time.Millisecond)
 	for _, e := range c.exps {
@@ -349,7 +347,7 @@ func (b *bench) sendersIdle() error {
 // gen runs the generator on node, inside the host writer's cgroup if advertise, and returns
 // its stdout.
 func (b *bench) gen(ctx context.Context, node string, advertise bool, args ...string) ([]byte, error) {
-	cmd, err := b.command(ctx, node, b.self, append([]string{"gen"}, args...)...)
+	cmd, err := b.l.Command(ctx, node, b.self, append([]string{"gen"}, args...)...)
 	if err != nil {
 		return nil, err
 	}
