@@ -207,8 +207,12 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 			paired = append(paired, v/got[baseline][i])
 		}
 		mean, half := meanInterval(paired)
+		interval := fmt.Sprintf("%.3f (%.3f–%.3f)", mean, mean-half, mean+half)
+		if math.IsNaN(half) {
+			interval = fmt.Sprintf("%.3f (one round: —)", mean)
+		}
 		t.Add(a.name, m/1e9, m/base, fmt.Sprintf("%.3f (%.3f–%.3f)", report.Median(paired), slices.Min(paired), slices.Max(paired)),
-			fmt.Sprintf("%.3f (%.3f–%.3f)", mean, mean-half, mean+half), c, baseCPU/c, percentile(resent[a.name], 50))
+			interval, c, baseCPU/c, percentile(resent[a.name], 50))
 	}
 	note := "the sender's TSO/GSO off (as for the other experiments: the bottleneck must see MTU-sized packets), so one flow is CPU-bound at a few Gbit/s and the per-packet cost shows in full"
 	if offload {
@@ -247,14 +251,16 @@ func (b *bench) iperf3(ctx context.Context, dst string, advertise bool) (bps, re
 		if err != nil {
 			return 0, 0, err
 		}
-		var fd io.Closer = io.NopCloser(nil)
+		var fd io.Closer
 		if advertise {
 			if fd, err = cgroup.Into(cmd.Cmd, b.cg); err != nil {
 				return 0, 0, err
 			}
 		}
 		out, err = cmd.Output()
-		fd.Close()
+		if fd != nil {
+			fd.Close()
+		}
 		if err == nil {
 			break
 		}

@@ -108,9 +108,11 @@ func main() {
 	flag.IntVar(&c.bg, "bg", 2, "fct: long-lived background flows per sender")
 	flag.Float64Var(&c.capBytes, "cap", 30e6, "fct: largest flow size, bytes")
 	flag.Parse()
-	if c.runs < 1 || c.costRounds < 1 {
-		fmt.Fprintln(os.Stderr, "-runs and -cost-rounds: give 1 or more rounds")
-		os.Exit(2)
+	for name, n := range map[string]int{"-runs": c.runs, "-cost-rounds": c.costRounds} {
+		if n < 1 {
+			fmt.Fprintf(os.Stderr, "%s: %d is not a number of rounds (give 1 or more)\n", name, n)
+			os.Exit(2)
+		}
 	}
 	c.exps, c.schemes, c.fctSchemes, c.workloads = split(*exps), split(*schemes), split(*fctSchemes), split(*workloads)
 	for _, s := range split(*flows) {
