@@ -697,7 +697,7 @@ func sendFlow(t *testing.T, l *lab.Lab, src, dst string, quiet time.Duration, st
 				return err
 			}
 			defer c.Close()
-			return sendLoop(c, src, time.Millisecond, quiet, stop, func(fd, color int) error {
+			return sendLoop(c, src, time.Millisecond, quiet, stop, nil, func(fd, color int) error {
 				if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, color<<2); err != nil {
 					return fmt.Errorf("color the socket: %w", err)
 				}
