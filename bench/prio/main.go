@@ -98,7 +98,7 @@ func main() {
 	workloads := flag.String("workloads", "websearch,datamining", "fct: CDFs under bench/prio/cdf/")
 	loads := flag.String("loads", "0.5,0.8", "fct: offered loads")
 	flag.IntVar(&c.runs, "runs", 1, "fair: rounds, the schemes taking turns in each; cells are medians, with Jain's range")
-	flag.IntVar(&c.costRounds, "cost-rounds", 10, "cost: interleaved rounds of every arm")
+	flag.IntVar(&c.costRounds, "cost-rounds", 16, "cost: interleaved rounds of every arm (a multiple of the 8 arms: each takes every place in a round equally often)")
 	flag.DurationVar(&c.dur, "d", 60*time.Second, "fair: measured window per run")
 	flag.DurationVar(&c.fctDur, "fct-d", 100*time.Second, "fct: arrival period per run (100 s: a few hundred small flows per run, so a p99 is not one flow)")
 	rate := flag.String("rate", "100mbit", "bottleneck rate")

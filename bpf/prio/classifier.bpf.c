@@ -22,9 +22,10 @@ volatile const __u32 default_band = 0;		   /* where packets without information 
 volatile const __u32 max_claim = 0;		   /* the best band host information can claim */
 volatile const __u32 nthresh = 0;		   /* backlog / pias thresholds in use */
 volatile const __u64 thresh[PRIO_MAX_THRESH] = {}; /* bytes, ascending */
-volatile const __u64 change_interval_ns = 0;	   /* at most one band change per interval */
-volatile const __u64 idle_reset_ns = 0;		   /* pias: an idle gap ends a message */
-volatile const __u64 move_gap_ns = 0;		   /* a flow moves only after this silence */
+/* Intervals on the coarse clock, one tick added (0: off). */
+volatile const __u64 change_interval_ns = 0; /* at most one band change per interval */
+volatile const __u64 idle_reset_ns = 0;	     /* pias: an idle gap ends a message */
+volatile const __u64 move_gap_ns = 0;	     /* a flow moves only after this silence */
 
 /* key = struct prio_flow_key, value = struct prio_flow */
 struct {
@@ -202,11 +203,14 @@ static __always_inline int is_trusted(const __u8 *saddr)
 }
 
 /* clock reads the time once per packet, and only if the packet needs it: most packets of a
- * flow stay in its band and need none (a clock read was a quarter of the classifier's cost). */
+ * flow stay in its band and need none. It is the coarse clock (the last tick's time): a flow
+ * swinging across a band edge weighs a held move at every other packet, and the precise
+ * clock's serialized TSC read cost more than the rest of such a packet's work. The loader
+ * adds one tick to every nonzero interval, so each stays a lower bound (router.go). */
 static __always_inline __u64 clock(__u64 *now)
 {
 	if (!*now)
-		*now = bpf_ktime_get_ns();
+		*now = bpf_ktime_get_coarse_ns();
 	return *now;
 }
 
@@ -351,7 +355,10 @@ int prio_classify(struct __sk_buff *skb)
 		f->classid = classid(0, f->classid & 0xff);
 		fp_count(&prio_stats, PRIO_STAT_IDLE_RESET);
 	}
-	__sync_fetch_and_add(&f->bytes, skb->len);
+	/* A plain add: an atomic one is a full barrier on every packet. Two CPUs adding to one
+	 * flow at once may lose a packet's bytes, which moves a pias flow a packet late at worst.
+	 */
+	f->bytes += skb->len;
 	if (move_gap_ns || (scheme == PRIO_SCHEME_PIAS && idle_reset_ns)) {
 		gap = clock(&now) - f->last_seen;
 		f->last_seen = now;

@@ -58,8 +58,8 @@ struct prio_flow_key {
 
 struct prio_flow {
 	__u64 bytes;	   /* seen at this hook */
-	__u64 last_seen;   /* ns; kept only if move_gap or idle_reset is set */
-	__u64 last_change; /* ns of the last band change */
+	__u64 last_seen;   /* coarse clock ns; kept only if move_gap or idle_reset is set */
+	__u64 last_change; /* coarse clock ns of the last band change */
 	__u32 backlog;	   /* last advertised unsent bytes */
 	__u32 changes;	   /* band changes */
 	__u32 classid;	   /* the HTB class its packets go to */

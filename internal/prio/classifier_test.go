@@ -224,12 +224,13 @@ func TestSchemes(t *testing.T) {
 		}
 	})
 	t.Run("pias idle reset", func(t *testing.T) {
-		// Two packets cross the 200-byte edge, but an idle gap longer than idle_reset (1ns
-		// here: every call is later than that) between them ends
-		// a message: the flow starts over in band 0 instead of moving to band 1.
+		// Two packets cross the 200-byte edge, but an idle gap longer than idle_reset
+		// between them ends a message: the flow starts over in band 0 instead of moving to
+		// band 1.
 		objs := classifier(t, &RouterPolicy{Scheme: PIAS, Leaves: 1, Thresholds: []uint64{200}, IdleReset: time.Nanosecond})
 		f := tcpFrame(trusted, server, 3001, 80, nil)
 		classify(t, objs, f)
+		sleepPast(t, time.Nanosecond)
 		if got := classify(t, objs, f); got != class(0, 0) {
 			t.Errorf("after an idle gap: class %x, want band 0 (%x)", got, class(0, 0))
 		}
@@ -237,6 +238,17 @@ func TestSchemes(t *testing.T) {
 			t.Errorf("%d idle resets counted, want 1", got)
 		}
 	})
+}
+
+// sleepPast sleeps until more than d has passed on the classifier's coarse clock, as the
+// classifier compares it (d plus a tick, read a tick late at worst).
+func sleepPast(t *testing.T, d time.Duration) {
+	t.Helper()
+	tick, err := coarseTick()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(d + 3*tick)
 }
 
 // TestCapAndChangeLimit: a claim above max_claim is lowered to it, and a flow changes band at
@@ -297,6 +309,33 @@ func TestCapAndChangeLimit(t *testing.T) {
 	}
 }
 
+// TestChangeIntervalOnRealClock: a flow whose advertisements swing across a band edge at every
+// packet changes band no sooner than band_change_interval after its last change, measured on
+// the real clock around the calls (the classifier reads the coarse one), and still changes.
+func TestChangeIntervalOnRealClock(t *testing.T) {
+	t.Parallel()
+	const interval = 20 * time.Millisecond
+	objs := classifier(t, &RouterPolicy{Scheme: Backlog, Leaves: 1, Thresholds: []uint64{10e3, 100e3}, ChangeInterval: interval})
+	f := func(backlog uint32) []byte { return tcpFrame(trusted, server, 6, 80, ours(0, backlog)) }
+	last, lastStart := classify(t, objs, f(5000)), time.Now()
+	changes := 0
+	for i := 0; changes < 4 && time.Since(lastStart) < 10*time.Second; i++ {
+		start := time.Now()
+		got := classify(t, objs, f([]uint32{50e3, 5000}[i%2]))
+		if got == last {
+			continue
+		}
+		if d := time.Since(lastStart); d < interval {
+			t.Fatalf("change %d came %v after the previous one, within the interval %v", changes+1, d, interval)
+		}
+		last, lastStart = got, start
+		changes++
+	}
+	if changes < 4 {
+		t.Errorf("%d band changes in 10 s of a flow swinging between two bands", changes)
+	}
+}
+
 func TestOptionRoundTrip(t *testing.T) {
 	t.Parallel()
 	for _, o := range []Option{{0, 0}, {100, 64}, {55, 1 << 20}, {OccUnknown, 0xffffff * 64}} {
@@ -334,9 +373,9 @@ func TestMoveGap(t *testing.T) {
 	if n := counter(t, busy, classifierPrioStatPRIO_STAT_MOVE_WAIT); n != 3 {
 		t.Errorf("%d moves put off counted, want 3", n)
 	}
-	// 1 ns: every packet comes after a longer silence than that.
 	quiet := classifier(t, &RouterPolicy{Scheme: Occupancy, Leaves: 1, MoveGap: time.Nanosecond})
 	classify(t, quiet, f(2, 95))
+	sleepPast(t, time.Nanosecond)
 	if got := classify(t, quiet, f(2, 5)); got != class(9, 0) {
 		t.Errorf("after a silence: class %x, want band 9 (%x)", got, class(9, 0))
 	}

@@ -10,11 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/runstate"
@@ -135,13 +137,17 @@ func loadClassifierFor(p *RouterPolicy) (*classifierObjects, error) {
 	}
 	var thresh [8]uint64
 	copy(thresh[:], p.Thresholds)
+	tick, err := coarseTick()
+	if err != nil {
+		return nil, err
+	}
 	for name, v := range map[string]any{
 		"scheme": p.Scheme.code(), "major": uint32(Major), "nleaves": uint32(p.Leaves),
 		"default_band": uint32(p.DefaultBand()), "max_claim": uint32(p.MaxClaim),
 		"nthresh": uint32(len(p.Thresholds)), "thresh": thresh,
-		"change_interval_ns": uint64(p.ChangeInterval.Nanoseconds()),
-		"idle_reset_ns":      uint64(p.IdleReset.Nanoseconds()),
-		"move_gap_ns":        uint64(p.MoveGap.Nanoseconds()),
+		"change_interval_ns": onCoarseClock(p.ChangeInterval, tick),
+		"idle_reset_ns":      onCoarseClock(p.IdleReset, tick),
+		"move_gap_ns":        onCoarseClock(p.MoveGap, tick),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
@@ -159,6 +165,27 @@ func loadClassifierFor(p *RouterPolicy) (*classifierObjects, error) {
 		}
 	}
 	return objs, nil
+}
+
+// coarseTick is the resolution of the classifier's clock (bpf_ktime_get_coarse_ns, which is
+// CLOCK_MONOTONIC_COARSE): one scheduler tick.
+func coarseTick() (time.Duration, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGetres(unix.CLOCK_MONOTONIC_COARSE, &ts); err != nil {
+		return 0, fmt.Errorf("the coarse clock's resolution: %w", err)
+	}
+	return time.Duration(ts.Nano()), nil
+}
+
+// onCoarseClock is interval d as the classifier compares it: a time read on the coarse clock
+// lags the true time by up to a tick, so two readings differ from the true elapsed time by up
+// to a tick either way; one tick more keeps d a lower bound ("at most one change per d"). 0
+// stays 0 (off).
+func onCoarseClock(d, tick time.Duration) uint64 {
+	if d <= 0 {
+		return 0
+	}
+	return uint64((d + tick).Nanoseconds())
 }
 
 // buildHTB makes the tree: root fa: → fa:1 (the link rate) → one leaf per band and
