@@ -309,8 +309,8 @@ func receive(t *testing.T, pl *pathLab, tag string) *flowLog {
 
 // TestLabLossPerPeriod: for every recorded period, the loss from r1's egress and r2's ingress
 // counters equals the datagrams the sender sent in that period and h2 did not receive (r1–r2
-// drops 3 % with the lab's loss program), exactly; samples matched
-// by hash give one-way delays of a veth hop (positive, well below a millisecond on average).
+// drops 3 % with the lab's loss program), exactly; samples matched by hash give one-way delays
+// of a veth hop (positive, well below a millisecond on average).
 // With the dscp carrier over IPv4 and IPv6 and the ipv6-altmark carrier (per FlowMonID), colored
 // by the sender's socket, and the ipv4-flag carrier written by the marker on h1's egress; one
 // after the other on one lab.
