@@ -238,7 +238,7 @@ const labFlowMon = 0xabcde
 type flowLog struct {
 	mu        sync.Mutex
 	sentIn    map[int64][]uint64 // period -> sequence numbers sent in it
-	straddled map[int64]bool     // periods a write began in and ended after (or the reverse)
+	straddled map[int64]bool     // both periods of a write that began in one and ended in the next
 	got       map[uint64]bool
 	conn      net.PacketConn
 	done      chan struct{}
