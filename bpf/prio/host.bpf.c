@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* host.bpf.c: advertises a TCP connection's send backlog in its data segments. A sock_ops
  * program on a cgroup v2: a connection that a selector takes (remote/local prefix, port ranges,
- * direction) turns on the header-option callbacks, an active opener before its SYN, a passive one
- * when it is established; then its SYN and every segment that carries data (and the MSS
- * computation, so segments stay within the MTU) reserve 8 bytes,
- * and the write callback fills them with the RFC 6994 option of prio.h: unsent bytes
- * (write_seq - snd_nxt, the segment itself included) and the share of the send buffer they
- * occupy (near 100 %: the writer is blocked behind data the network does not take). The SYN
- * carries it so a router knows the flow from its first packet (a new connection's handshake
- * must not wait in the default band); pure ACKs carry nothing. Always returns 1: it never refuses
+ * direction) gets socket storage and turns on the header-option callbacks, an active opener
+ * before its SYN, a passive one when it is established. The option (RFC 6994, prio.h) carries
+ * unsent bytes (write_seq - snd_nxt, the segment itself included) and the share of the send
+ * buffer they occupy (near 100 %: the writer is blocked behind data the network does not take).
+ * The SYN carries it so a router knows the flow from its first packet (a new connection's
+ * handshake must not wait in the default band); pure ACKs carry nothing. A data segment carries
+ * it when the advertisement changed by a step since the connection last wrote it, or when it last
+ * wrote it refresh_ns ago (refresh_ns 0: every data segment): any option past timestamps takes a
+ * plain Linux receiver off its header-prediction fast path, so a segment that tells the router
+ * nothing new goes without. The length callback decides and records the advertisement; the
+ * write callback writes what it recorded, and only into room it reserved itself (another
+ * program's reservation reaches the write callback too). Always returns 1: it never refuses
  * what another program on the cgroup allows. */
 #include "common.h"
 #include "stats.h"
@@ -18,6 +22,32 @@
 
 /* Number of valid entries in prio_selectors, set by the loader. */
 volatile const __u32 nselectors = 0;
+/* The longest a sending connection goes without writing the option, on the coarse clock; 0:
+ * write it on every data segment. */
+volatile const __u64 refresh_ns = 0;
+
+/* A step worth writing: backlog by an eighth of what was last written, occupancy by 5 points.
+ * The truth then differs from what the router holds by less than an eighth of it (backlog) and
+ * 5 points (occupancy) (docs/prio.md, "How it works"). */
+#define BACKLOG_STEP_SHIFT 3
+#define OCC_STEP	   5
+
+/* A selected connection's advertisement. */
+struct written {
+	__u64 at;    /* coarse clock ns of the last write; 0: none yet */
+	__u32 units; /* backlog of the last write, or the one about to be written */
+	__u8 occ;
+	__u8 pending; /* the length callback reserved room for it on the segment being built */
+	__u8 pad[2];
+};
+
+/* key = a socket the selectors took, value = struct written */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct written);
+} prio_written SEC(".maps");
 
 /* key = index < nselectors, value = struct prio_selector */
 struct {
@@ -101,28 +131,12 @@ static __always_inline int selected(struct bpf_sock_ops *skops, __u8 dir)
 	return 0;
 }
 
-/* advertise writes the option into the segment being sent. */
-static __always_inline void advertise(struct bpf_sock_ops *skops)
+/* backlog computes the advertisement of tp: unsent bytes in PRIO_BACKLOG_UNIT units and the
+ * occupancy %. */
+static __always_inline void backlog(struct tcp_sock *tp, __u32 *units, __u8 *occ)
 {
-	struct bpf_sock *sk = skops->sk;
-	struct tcp_sock *tp;
-	__u32 unsent, units, sndbuf, wmem, queued;
-	__u8 opt[PRIO_OPT_LEN];
-	__u8 occ = PRIO_OCC_UNKNOWN;
+	__u32 unsent = tp->write_seq - tp->snd_nxt, sndbuf, wmem, queued;
 
-	struct tcphdr *th = skops->skb_data;
-
-	/* The segment's TCP header is in [skb_data, skb_data_end); skb_len counts it too. */
-	if ((void *)(th + 1) > skops->skb_data_end || (skops->skb_len <= th->doff * 4 && !th->syn))
-		return; /* a pure ACK: nothing was reserved */
-	if (!sk)
-		return;
-	tp = bpf_skc_to_tcp_sock(sk);
-	if (!tp) {
-		fp_count(&prio_host_stats, PRIO_HOST_NO_TCP_SOCK);
-		return;
-	}
-	unsent = tp->write_seq - tp->snd_nxt;
 	/* Occupancy: the share of the send buffer that backlog occupies, in the memory the kernel
 	 * counts against sk_sndbuf (sk_wmem_queued: segments with their overhead, unsent and in
 	 * flight), apportioned to the unsent bytes. A blocked writer with a small window (starved)
@@ -131,22 +145,79 @@ static __always_inline void advertise(struct bpf_sock_ops *skops)
 	sndbuf = tp->inet_conn.icsk_inet.sk.sk_sndbuf;
 	wmem = tp->inet_conn.icsk_inet.sk.sk_wmem_queued;
 	queued = tp->write_seq - tp->snd_una;
+	*occ = PRIO_OCC_UNKNOWN;
 	if (sndbuf > 0 && wmem > 0 && queued >= unsent && queued > 0) {
 		__u64 share = (__u64)wmem * unsent / queued * 100 / sndbuf;
 
-		occ = share > 100 ? 100 : share;
+		*occ = share > 100 ? 100 : share;
 	}
-	units = (unsent + PRIO_BACKLOG_UNIT - 1) / PRIO_BACKLOG_UNIT;
-	if (units > PRIO_BACKLOG_MAX)
-		units = PRIO_BACKLOG_MAX;
+	*units = (unsent + PRIO_BACKLOG_UNIT - 1) / PRIO_BACKLOG_UNIT;
+	if (*units > PRIO_BACKLOG_MAX)
+		*units = PRIO_BACKLOG_MAX;
+}
+
+/* stepped: the advertisement moved by a step from the last one written. */
+static __always_inline int stepped(const struct written *w, __u32 units, __u8 occ)
+{
+	__u32 d = units > w->units ? units - w->units : w->units - units;
+
+	if (d && d << BACKLOG_STEP_SHIFT >= w->units)
+		return 1; /* a change from or to 0 included */
+	if (occ == w->occ)
+		return 0;
+	if (occ > 100 || w->occ > 100)
+		return 1; /* known <-> unknown */
+	return occ + OCC_STEP <= w->occ || w->occ + OCC_STEP <= occ;
+}
+
+/* reserve decides whether the segment being built carries the option and, if so, reserves
+ * room for it and records the advertisement in w. */
+static __always_inline void reserve(struct bpf_sock_ops *skops, struct bpf_sock *sk,
+				    struct written *w, int syn)
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	__u64 now = 0;
+	__u32 units;
+	__u8 occ;
+
+	if (!tp) {
+		fp_count(&prio_host_stats, PRIO_HOST_NO_TCP_SOCK);
+		return;
+	}
+	backlog(tp, &units, &occ);
+	if (refresh_ns) {
+		now = bpf_ktime_get_coarse_ns();
+		if (!syn && w->at && now - w->at < refresh_ns && !stepped(w, units, occ)) {
+			fp_count(&prio_host_stats, PRIO_HOST_UNCHANGED);
+			return;
+		}
+	}
+	if (bpf_reserve_hdr_opt(skops, PRIO_OPT_LEN, 0) != 0) {
+		fp_count(&prio_host_stats, PRIO_HOST_NO_ROOM);
+		return; /* not written: the next segment compares with the last write */
+	}
+	w->at = now;
+	w->units = units;
+	w->occ = occ;
+	w->pending = 1;
+}
+
+/* advertise writes the option the length callback recorded, into the room it reserved. */
+static __always_inline void advertise(struct bpf_sock_ops *skops, struct written *w)
+{
+	__u8 opt[PRIO_OPT_LEN];
+
+	if (!w->pending)
+		return;
+	w->pending = 0;
 	opt[0] = PRIO_OPT_KIND;
 	opt[1] = PRIO_OPT_LEN;
 	opt[2] = PRIO_EXID >> 8;
 	opt[3] = PRIO_EXID & 0xff;
-	opt[4] = occ;
-	opt[5] = units >> 16;
-	opt[6] = units >> 8;
-	opt[7] = units;
+	opt[4] = w->occ;
+	opt[5] = w->units >> 16;
+	opt[6] = w->units >> 8;
+	opt[7] = w->units;
 	if (bpf_store_hdr_opt(skops, opt, sizeof(opt), 0) == 0)
 		fp_count(&prio_host_stats, PRIO_HOST_WRITTEN);
 }
@@ -154,8 +225,12 @@ static __always_inline void advertise(struct bpf_sock_ops *skops)
 SEC("sockops")
 int prio_host(struct bpf_sock_ops *skops)
 {
+	struct bpf_sock *sk = skops->sk;
+	struct written *w;
 	__u8 dir = 0;
 
+	if (!sk)
+		return 1;
 	switch (skops->op) {
 	case BPF_SOCK_OPS_TCP_CONNECT_CB: /* before the SYN is built */
 		dir = PRIO_DIR_ACTIVE;
@@ -164,28 +239,38 @@ int prio_host(struct bpf_sock_ops *skops)
 		dir = PRIO_DIR_PASSIVE;
 		break;
 	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
-		/* Reserve when the kernel sizes the MSS too (no skb then), or data segments would
-		 * outgrow it. A pure ACK (no payload, no SYN) gets nothing. */
-		if (!(skops->args[0] & BPF_WRITE_HDR_TCP_CURRENT_MSS) && skops->skb_len == 0 &&
-		    !(skops->skb_tcp_flags & TCPHDR_SYN))
+		w = bpf_sk_storage_get(&prio_written, sk, 0, 0);
+		if (!w)
+			return 1; /* a connection the selectors did not take */
+		/* The kernel sizing the MSS (no skb): reserve whatever a segment will carry, or
+		 * the segments that carry it would outgrow the MTU. */
+		if (skops->args[0] & BPF_WRITE_HDR_TCP_CURRENT_MSS) {
+			bpf_reserve_hdr_opt(skops, PRIO_OPT_LEN, 0);
 			return 1;
-		if (bpf_reserve_hdr_opt(skops, PRIO_OPT_LEN, 0) != 0 &&
-		    !(skops->args[0] & BPF_WRITE_HDR_TCP_CURRENT_MSS))
-			fp_count(&prio_host_stats, PRIO_HOST_NO_ROOM);
+		}
+		if (skops->skb_len == 0 && !(skops->skb_tcp_flags & TCPHDR_SYN))
+			return 1; /* a pure ACK */
+		reserve(skops, sk, w, skops->skb_tcp_flags & TCPHDR_SYN);
 		return 1;
 	case BPF_SOCK_OPS_WRITE_HDR_OPT_CB:
-		advertise(skops);
+		w = bpf_sk_storage_get(&prio_written, sk, 0, 0);
+		if (w)
+			advertise(skops, w);
 		return 1;
 	default:
 		return 1;
 	}
-	if (selected(skops, dir)) {
-		fp_count(&prio_host_stats, PRIO_HOST_MATCHED);
-		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
-						     BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
-	} else {
+	if (!selected(skops, dir)) {
 		fp_count(&prio_host_stats, PRIO_HOST_UNMATCHED);
+		return 1;
 	}
+	if (!bpf_sk_storage_get(&prio_written, sk, 0, BPF_SK_STORAGE_GET_F_CREATE)) {
+		fp_count(&prio_host_stats, PRIO_HOST_NO_STORAGE);
+		return 1;
+	}
+	fp_count(&prio_host_stats, PRIO_HOST_MATCHED);
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
+					     BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
 	return 1;
 }
 

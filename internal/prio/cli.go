@@ -56,7 +56,11 @@ func hostCmd() *cobra.Command {
 			if err := Host(name, path, p); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "prio host %s: %d selector(s) on %s\n", name, len(p.Advertise), path)
+			when := "on every data segment"
+			if p.Refresh > 0 {
+				when = fmt.Sprintf("on changes, at least every %v", p.Refresh)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "prio host %s: %d selector(s) on %s; the option written %s\n", name, len(p.Advertise), path, when)
 			return nil
 		},
 	}
@@ -129,7 +133,7 @@ func printStatus(w io.Writer, st *Status) {
 		fmt.Fprintf(w, "  counters: %v\n", r.Counters)
 	}
 	for _, h := range st.Hosts {
-		fmt.Fprintf(w, "host %s on %s (%s): %v\n", h.Name, h.Cgroup, h.File, h.Counters)
+		fmt.Fprintf(w, "host %s on %s (%s, refresh %v): %v\n", h.Name, h.Cgroup, h.File, h.Refresh, h.Counters)
 	}
 }
 

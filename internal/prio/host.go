@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -19,9 +20,10 @@ const subsystem = "prio"
 
 // HostRecord is what `prio host` leaves for status and remove.
 type HostRecord struct {
-	Name   string `json:"name"`
-	Cgroup string `json:"cgroup"`
-	File   string `json:"file"`
+	Name    string        `json:"name"`
+	Cgroup  string        `json:"cgroup"`
+	File    string        `json:"file"`
+	Refresh time.Duration `json:"refresh_ns"` // 0: the option on every data segment
 }
 
 func hostPin(name string) []string { return []string{subsystem, "host-" + name} }
@@ -78,6 +80,9 @@ func Host(name, cgroupPath string, p *HostPolicy) (err error) {
 	if err != nil {
 		return err
 	}
+	if p.Refresh < 0 {
+		return fmt.Errorf("refresh %v: give a duration of 0 or more", p.Refresh)
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return fmt.Errorf("remove memlock limit: %w", err)
 	}
@@ -87,6 +92,9 @@ func Host(name, cgroupPath string, p *HostPolicy) (err error) {
 	}
 	if err := spec.Variables["nselectors"].Set(uint32(len(sels))); err != nil {
 		return fmt.Errorf("set nselectors: %w", err)
+	}
+	if err := spec.Variables["refresh_ns"].Set(uint64(p.Refresh.Nanoseconds())); err != nil {
+		return fmt.Errorf("set refresh_ns: %w", err)
 	}
 	var objs hostObjects
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {
@@ -119,7 +127,7 @@ func Host(name, cgroupPath string, p *HostPolicy) (err error) {
 	if err := objs.PrioHostStats.Pin(filepath.Join(dir, "stats")); err != nil {
 		return fmt.Errorf("pin host counters: %w", err)
 	}
-	return runstate.Save(subsystem, "host-"+name, &HostRecord{Name: name, Cgroup: cgroupPath, File: p.File})
+	return runstate.Save(subsystem, "host-"+name, &HostRecord{Name: name, Cgroup: cgroupPath, File: p.File, Refresh: p.Refresh})
 }
 
 // RemoveHost detaches and unpins a host attachment; os.ErrNotExist if there is none.

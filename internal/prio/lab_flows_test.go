@@ -48,6 +48,7 @@ time.sleep(hold)
 type flowLab struct {
 	l        *lab.Lab
 	cg       string
+	host     string // the writer's attachment
 	h2, h2v6 string
 	dev      string // r1's interface towards h2
 }
@@ -57,13 +58,18 @@ func newFlowLab(t *testing.T) *flowLab {
 	testenv.Privileged(t)
 	testenv.Need(t, "python3", "ss")
 	l := labtest.Up(t, labtest.HostRouterHost)
-	fl := &flowLab{l: l, cg: testCgroup(t), h2: labtest.Addr(t, l, "h2", "4"), h2v6: labtest.Addr(t, l, "h2", "6"), dev: device(t, l, "r1", "eth1")}
-	name := testenv.Name("h")
-	if err := Host(name, fl.cg, &HostPolicy{File: "test", Advertise: []match.Match{match.Any()}}); err != nil {
+	fl := &flowLab{l: l, cg: testCgroup(t), host: testenv.Name("h"), h2: labtest.Addr(t, l, "h2", "4"), h2v6: labtest.Addr(t, l, "h2", "6"), dev: device(t, l, "r1", "eth1")}
+	t.Cleanup(func() { _ = RemoveHost(fl.host) })
+	fl.writer(t, DefaultRefresh)
+	return fl
+}
+
+// writer (re)attaches the host writer, every connection selected, with refresh.
+func (fl *flowLab) writer(t *testing.T, refresh time.Duration) {
+	t.Helper()
+	if err := Host(fl.host, fl.cg, &HostPolicy{File: "test", Advertise: []match.Match{match.Any()}, Refresh: refresh}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = RemoveHost(name) })
-	return fl
 }
 
 // router puts p on r1's interface towards h2 at rate until the test ends or the returned
@@ -173,12 +179,16 @@ var notsentRE = regexp.MustCompile(`notsent:(\d+)`)
 // TestLabBacklogAgreesWithSS: the backlog h1 advertises, as r1's classifier recorded it, agrees
 // with what `ss -ti` reports as notsent for the same socket. The sender queues 1 MB behind a
 // 2 Mbit/s bottleneck, so its unsent bytes fall by 250 KB/s; each sample reads r1, then ss on h1,
-// then r1 again. An advertisement counts the packet that carries it and is rounded up to 64
-// bytes, and a few segments that h1's TCP has sent may still be on their way to r1's hook (h1's
-// stack, the veth, r1's forwarding) when r1 is read: so notsent must lie in
-// [after − 4 segments, before]. Over IPv4, then IPv6. h1's TSO and GSO are off
-// for this: with them the kernel writes the option once per super-packet of up to 64 KB, and
-// the advertisement includes the whole of it (docs/prio.md).
+// then r1 again, once the transfer is under way (r1 heard of the whole write and saw 100 KB of it
+// leave: before that the sender's first burst and the stall behind r1's queue leave r1 with what
+// the first segments said). An advertisement counts the packet that carries it and is rounded up
+// to 64 bytes, and a few segments that h1's TCP has sent may still be on their way to r1's hook
+// (h1's stack, the veth, r1's forwarding) when r1 is read: so with the option on every data
+// segment (refresh 0) notsent must lie in [after − 4 segments, before]. By default the writer
+// skips changes below a step (an eighth of what it last wrote), so r1's value may be that much
+// older: [after − after/8 − 4 segments, before]. Over IPv4 and IPv6, in both modes. h1's TSO and
+// GSO are off for this: with them the kernel writes the option once per super-packet of up to
+// 64 KB, and the advertisement includes the whole of it (docs/prio.md).
 func TestLabBacklogAgreesWithSS(t *testing.T) {
 	t.Parallel()
 	fl := newFlowLab(t)
@@ -188,37 +198,60 @@ func TestLabBacklogAgreesWithSS(t *testing.T) {
 	}
 	fl.router(t, 2e6, &RouterPolicy{File: "test", Scheme: Backlog, Leaves: 1, MinRate: 0.05, Limit: 100,
 		Thresholds: []uint64{64e3, 1e6}, ChangeInterval: 10 * time.Millisecond})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const inTransit = 4 * (1448 + 64)
-	for i, dst := range []string{fl.h2, fl.h2v6} {
-		port := 5411 + i
-		lines := fl.transfer(t, ctx, dst, port, 0, 1_000_000, 2<<20, 10)
-		waitLine(t, lines, "bulk")
-		waitLine(t, lines, "queued")
-		time.Sleep(300 * time.Millisecond)
-		for n := 0; n < 8; n++ {
-			before, _, ok1 := fl.flow(t, port)
-			ss, err := fl.l.Command(ctx, "h1", "ss", "-tinH", "dport", "=", strconv.Itoa(port))
-			if err != nil {
-				t.Fatal(err)
+	port := 5410
+	for _, refresh := range []time.Duration{0, DefaultRefresh} {
+		fl.writer(t, refresh)
+		for _, dst := range []string{fl.h2, fl.h2v6} {
+			port++
+			lines := fl.transfer(t, ctx, dst, port, 0, 1_000_000, 2<<20, 10)
+			waitLine(t, lines, "bulk")
+			waitLine(t, lines, "queued")
+			// The first segments go out while the sender is still copying the 1 MB in;
+			// until r1's queue drains and the ACKs let h1 send again, r1 knows only their
+			// backlog, and then h1 sends a burst. Sample once r1 has heard of the whole
+			// write and seen 100 KB of it leave: the ACK clock runs.
+			var heard uint32
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				f, _, ok := fl.flow(t, port)
+				if ok && heard == 0 && f.Backlog > 512<<10 {
+					heard = f.Backlog
+				}
+				if ok && heard != 0 && f.Backlog+100<<10 < heard {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("refresh %v, %s: r1 did not see the 1-MB backlog drain (%d, now %d)", refresh, dst, heard, f.Backlog)
+				}
 			}
-			out, err := ss.Output()
-			if err != nil {
-				t.Fatalf("ss: %v", err)
+			for n := 0; n < 8; n++ {
+				before, _, ok1 := fl.flow(t, port)
+				ss, err := fl.l.Command(ctx, "h1", "ss", "-tinH", "dport", "=", strconv.Itoa(port))
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, err := ss.Output()
+				if err != nil {
+					t.Fatalf("ss: %v", err)
+				}
+				after, _, ok2 := fl.flow(t, port)
+				m := notsentRE.FindSubmatch(out)
+				if !ok1 || !ok2 || m == nil {
+					t.Fatalf("%s sample %d: flow on r1 %v/%v, ss notsent in %q", dst, n, ok1, ok2, out)
+				}
+				notsent, _ := strconv.Atoi(string(m[1]))
+				lo := int(after.Backlog) - inTransit
+				if refresh != 0 {
+					lo -= int(after.Backlog) / 8
+				}
+				t.Logf("refresh %v, %s sample %d: advertised %d, ss notsent %d, advertised %d", refresh, dst, n, before.Backlog, notsent, after.Backlog)
+				if notsent > int(before.Backlog) || notsent < lo {
+					t.Errorf("refresh %v, %s sample %d: ss notsent %d outside [%d, %d] from the advertisements around it", refresh, dst, n, notsent, lo, before.Backlog)
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
-			after, _, ok2 := fl.flow(t, port)
-			m := notsentRE.FindSubmatch(out)
-			if !ok1 || !ok2 || m == nil {
-				t.Fatalf("%s sample %d: flow on r1 %v/%v, ss notsent in %q", dst, n, ok1, ok2, out)
-			}
-			notsent, _ := strconv.Atoi(string(m[1]))
-			lo := int(after.Backlog) - inTransit
-			t.Logf("%s sample %d: advertised %d, ss notsent %d, advertised %d", dst, n, before.Backlog, notsent, after.Backlog)
-			if notsent > int(before.Backlog) || notsent < lo {
-				t.Errorf("%s sample %d: ss notsent %d outside [%d, %d] from the advertisements around it", dst, n, notsent, lo, before.Backlog)
-			}
-			time.Sleep(100 * time.Millisecond)
 		}
 	}
 }

@@ -1,13 +1,16 @@
 package prio
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,10 +65,10 @@ func device(t *testing.T, l *lab.Lab, node, ifc string) string {
 	return ""
 }
 
-// TestLabAdvertiseAndClassify: h1's connections to h2 carry the option (seen on the wire by a
-// capture on h2, whose plain Linux TCP accepts every segment: the transfer completes), r1's
-// classifier reads it and puts the flow into a backlog band, and remove leaves no qdisc,
-// program, pin or record.
+// TestLabAdvertiseAndClassify: with refresh 0, h1's connections to h2 carry the option on
+// every SYN and data segment (seen on the wire by a capture on h2, whose plain Linux TCP accepts
+// every segment: the transfer completes), r1's classifier reads it and puts the flow into a
+// backlog band, and remove leaves no qdisc, program, pin or record.
 func TestLabAdvertiseAndClassify(t *testing.T) {
 	t.Parallel()
 	testenv.Privileged(t)
@@ -77,7 +80,7 @@ func TestLabAdvertiseAndClassify(t *testing.T) {
 	sel := match.Any()
 	sel.Remote = []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24")}
 	sel.RemotePort = match.PortRange{Lo: 5301, Hi: 5301}
-	if err := Host(name, cg, &HostPolicy{File: "test", Advertise: []match.Match{sel}}); err != nil {
+	if err := Host(name, cg, &HostPolicy{File: "test", Advertise: []match.Match{sel}, Refresh: 0}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = RemoveHost(name) })
@@ -87,93 +90,26 @@ func TestLabAdvertiseAndClassify(t *testing.T) {
 	if err := nsrun.Do(l.Netns("r1"), func() error { return Router(dev, 50e6, pol) }); err != nil {
 		t.Fatal(err)
 	}
-
-	// A capture on h2 of the handshakes and first segments of the transfer.
-	pcap := filepath.Join(t.TempDir(), "h2.pcap")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dump, err := l.Command(ctx, "h2", "tcpdump", "-i", "any", "-U", "-c", "300", "-s", "128", "-w", pcap, "tcp port 5301")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dump.Start(); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := l.Command(ctx, "h2", "iperf3", "-s", "-1", "-p", "5301")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond) // iperf3 -s has no readiness signal; a refused connect is retried below
-	var out []byte
-	for try := 0; try < 20; try++ {
-		cli, err := l.Command(ctx, "h1", "iperf3", "-c", h2, "-p", "5301", "-t", "2", "-f", "m")
-		if err != nil {
-			t.Fatal(err)
-		}
-		fd, err := cgroup.Into(cli.Cmd, cg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err = cli.CombinedOutput()
-		fd.Close()
-		if err == nil {
-			break
-		}
-		if !strings.Contains(string(out), "refused") {
-			t.Fatalf("iperf3 through the classifier failed: %v\n%s", err, out)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err := srv.Wait(); err != nil {
-		t.Errorf("iperf3 server: %v", err)
-	}
-	if err := dump.Wait(); err != nil {
-		t.Fatalf("tcpdump: %v", err)
-	}
 
 	// On the wire: SYNs and data segments from h1 carry kind 253 with our ExID, its value
 	// decodes, and pure ACKs carry nothing.
-	f, err := os.Open(pcap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var data, with, syns, synsWith, acksWith int
 	var maxBacklog uint32
-	src := gopacket.NewPacketSource(r, r.LinkType())
-	for p := range src.Packets() {
-		tcp, _ := p.Layer(layers.LayerTypeTCP).(*layers.TCP)
-		ip, _ := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
-		if tcp == nil || ip == nil || ip.DstIP.String() != h2 {
-			continue
-		}
-		carries := false
-		for _, o := range tcp.Options {
-			if o.OptionType != 253 {
-				continue
-			}
-			raw := append([]byte{253, o.OptionLength}, o.OptionData...)
-			if opt, ok := Decode(raw); ok {
-				carries = true
-				maxBacklog = max(maxBacklog, opt.Backlog)
-			}
+	for _, sg := range iperfCaptured(t, ctx, l, cg, "h2", "any", 5301, "-t", "2") {
+		if sg.carries {
+			maxBacklog = max(maxBacklog, sg.opt.Backlog)
 		}
 		switch {
-		case tcp.SYN:
+		case sg.syn:
 			syns++
-			synsWith += b2i(carries)
-		case len(tcp.Payload) > 0:
+			synsWith += b2i(sg.carries)
+		case sg.data:
 			data++
-			with += b2i(carries)
+			with += b2i(sg.carries)
 		default:
-			acksWith += b2i(carries)
+			acksWith += b2i(sg.carries)
 		}
 	}
 	if data == 0 || with != data {
@@ -200,15 +136,7 @@ func TestLabAdvertiseAndClassify(t *testing.T) {
 		t.Fatalf("connect to :5302: %v: %s", err, out)
 	}
 	ofd.Close()
-	st0, err := ReadStatus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := slices.IndexFunc(st0.Hosts, func(h HostStatus) bool { return h.Name == name })
-	if i < 0 {
-		t.Fatalf("host %s not in the status", name)
-	}
-	if c := st0.Hosts[i].Counters; c["matched"] != 2 || c["unmatched"] != 1 {
+	if c := hostCounters(t, name); c["matched"] != 2 || c["unmatched"] != 1 {
 		t.Errorf("host counters %v: want 2 matched (:5301), 1 unmatched (:5302)", c)
 	}
 
@@ -273,6 +201,238 @@ func TestLabAdvertiseAndClassify(t *testing.T) {
 	if _, err := os.Stat(pin.Path(hostPin(name)...)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("host pins left behind: %v", err)
 	}
+}
+
+// TestLabAdvertiseOnChange: with the default policy a connection writes the option on its SYN
+// and then only when the advertisement moved by a step (backlog by an eighth, occupancy by 5
+// points) or a refresh fell due. A capture on h1 (every packet h1 sends, in the order the writer
+// decided) shows it. With an hour's refresh every advertisement after a connection's first is a
+// step from the one before, and the bulk connection sends data segments with it and without.
+// With a 20-ms refresh a paced flow whose backlog stays put (1000 bytes at a time, sent at once)
+// carries it again at refreshes that are no step, each a refresh (less a coarse-clock tick)
+// after the write before it.
+func TestLabAdvertiseOnChange(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	testenv.Need(t, "iperf3", "tcpdump")
+	l := labtest.Up(t, labtest.HostRouterHost)
+	cg := testCgroup(t)
+	name := testenv.Name("h")
+	t.Cleanup(func() { _ = RemoveHost(name) })
+	tick, err := coarseTick()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h1dev := device(t, l, "h1", "eth0")
+	for _, c := range []struct {
+		refresh time.Duration
+		port    int
+		args    []string
+	}{
+		{time.Hour, 5321, []string{"-t", "1"}},
+		{20 * time.Millisecond, 5322, []string{"-t", "1", "-b", "1600k", "-l", "1000"}},
+	} {
+		if err := Host(name, cg, &HostPolicy{File: "test", Advertise: []match.Match{match.Any()}, Refresh: c.refresh}); err != nil {
+			t.Fatal(err)
+		}
+		conns := map[layers.TCPPort][]segment{}
+		var bulk layers.TCPPort // iperf3's data connection: the one with the most data segments
+		for _, sg := range iperfCaptured(t, ctx, l, cg, "h1", h1dev, c.port, c.args...) {
+			conns[sg.sport] = append(conns[sg.sport], sg)
+			if sg.data && len(conns[sg.sport]) > len(conns[bulk]) {
+				bulk = sg.sport
+			}
+		}
+		var bare, carrying, refreshes int // the data connection's data segments; its writes that were no step
+		for sport, segs := range conns {
+			var last *segment
+			for i, sg := range segs {
+				if sg.syn && !sg.carries {
+					t.Errorf("refresh %v, :%d: a SYN without the option", c.refresh, sport)
+				}
+				if sport == bulk && sg.data && !sg.syn {
+					bare += b2i(!sg.carries)
+					carrying += b2i(sg.carries)
+				}
+				if !sg.carries {
+					continue
+				}
+				if last != nil && !sg.syn && !isStep(last.opt, sg.opt) {
+					gap := sg.at.Sub(last.at)
+					switch {
+					case c.refresh == time.Hour:
+						t.Errorf("refresh 1h, :%d segment %d: advertised %+v after %+v, no step", sport, i, sg.opt, last.opt)
+					case gap < c.refresh-tick-2*time.Millisecond:
+						t.Errorf("refresh %v, :%d segment %d: no step (%+v after %+v) only %v after the last write", c.refresh, sport, i, sg.opt, last.opt, gap)
+					}
+					if sport == bulk {
+						refreshes++
+					}
+				}
+				last = &segs[i]
+			}
+		}
+		ctr := hostCounters(t, name)
+		t.Logf("refresh %v: %d connections; the data connection's data segments: %d with the option, %d without, %d refreshes that were no step; counters %v",
+			c.refresh, len(conns), carrying, bare, refreshes, ctr)
+		if ctr["no_room"] != 0 || ctr["unchanged"] == 0 {
+			t.Errorf("refresh %v: no_room %d (want 0), unchanged %d (want some)", c.refresh, ctr["no_room"], ctr["unchanged"])
+		}
+		if bare == 0 || carrying == 0 {
+			t.Errorf("refresh %v: %d data segments with the option, %d without; want some of each", c.refresh, carrying, bare)
+		}
+		if c.refresh != time.Hour && refreshes < 2 {
+			t.Errorf("refresh %v: %d refreshes over a 1-s paced flow, want at least 2", c.refresh, refreshes)
+		}
+	}
+}
+
+// isStep mirrors the host program's rule: a change worth writing.
+func isStep(last, cur Option) bool {
+	lu, cu := last.Backlog/BacklogUnit, cur.Backlog/BacklogUnit
+	d := max(lu, cu) - min(lu, cu)
+	if d != 0 && d<<3 >= lu {
+		return true
+	}
+	if last.Occupancy == cur.Occupancy {
+		return false
+	}
+	if last.Occupancy > 100 || cur.Occupancy > 100 {
+		return true
+	}
+	return max(last.Occupancy, cur.Occupancy)-min(last.Occupancy, cur.Occupancy) >= 5
+}
+
+// segment is one TCP packet towards the iperf3 server, as captured.
+type segment struct {
+	at        time.Time // captured
+	sport     layers.TCPPort
+	syn, data bool
+	carries   bool // our option, decoded into opt
+	opt       Option
+}
+
+// iperfCaptured runs iperf3 from h1, in cgroup cg, to h2:port with args, while tcpdump on
+// node's interface dev captures the first 300 packets towards port; it returns them in order.
+// The iperf3 run must succeed: h2's plain Linux TCP accepted every segment.
+func iperfCaptured(t *testing.T, ctx context.Context, l *lab.Lab, cg, node, dev string, port int, args ...string) []segment {
+	t.Helper()
+	h2 := labtest.Addr(t, l, "h2", "4")
+	pcap := filepath.Join(t.TempDir(), node+".pcap")
+	p := strconv.Itoa(port)
+	dump, err := l.Command(ctx, node, "tcpdump", "-i", dev, "-U", "-c", "300", "-s", "128", "-w", pcap, "tcp dst port "+p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dumpErr, err := dump.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dump.Start(); err != nil {
+		t.Fatal(err)
+	}
+	listening := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(dumpErr)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "listening on") {
+				close(listening)
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, dumpErr)
+	}()
+	select {
+	case <-listening:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("tcpdump on %s did not start listening", node)
+	}
+	srv, err := l.Command(ctx, "h2", "iperf3", "-s", "-1", "-p", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // iperf3 -s has no readiness signal; a refused connect is retried below
+	for try := 0; ; try++ {
+		cli, err := l.Command(ctx, "h1", "iperf3", append([]string{"-c", h2, "-p", p, "-f", "m"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, err := cgroup.Into(cli.Cmd, cg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cli.CombinedOutput()
+		fd.Close()
+		if err == nil {
+			break
+		}
+		if !strings.Contains(string(out), "refused") || try == 20 {
+			t.Fatalf("iperf3 to :%d failed: %v\n%s", port, err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := srv.Wait(); err != nil {
+		t.Errorf("iperf3 server: %v", err)
+	}
+	// A flow of fewer packets leaves tcpdump waiting: stop it once the transfer is over.
+	dumped := make(chan error, 1)
+	go func() { dumped <- dump.Wait() }()
+	select {
+	case err = <-dumped:
+	case <-time.After(2 * time.Second):
+		_ = dump.Process.Signal(os.Interrupt)
+		err = <-dumped
+	}
+	if err != nil {
+		t.Fatalf("tcpdump: %v", err)
+	}
+	f, err := os.Open(pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []segment
+	for pk := range gopacket.NewPacketSource(r, r.LinkType()).Packets() {
+		tcp, _ := pk.Layer(layers.LayerTypeTCP).(*layers.TCP)
+		ip, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		if tcp == nil || ip == nil || ip.DstIP.String() != h2 {
+			continue
+		}
+		sg := segment{at: pk.Metadata().Timestamp, sport: tcp.SrcPort, syn: tcp.SYN, data: len(tcp.Payload) > 0}
+		for _, o := range tcp.Options {
+			if o.OptionType != 253 {
+				continue
+			}
+			if opt, ok := Decode(append([]byte{253, o.OptionLength}, o.OptionData...)); ok {
+				sg.carries, sg.opt = true, opt
+			}
+		}
+		out = append(out, sg)
+	}
+	return out
+}
+
+// hostCounters reads the counters of host attachment name.
+func hostCounters(t *testing.T, name string) map[string]uint64 {
+	t.Helper()
+	st, err := ReadStatus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(st.Hosts, func(h HostStatus) bool { return h.Name == name })
+	if i < 0 {
+		t.Fatalf("host %s not in the status", name)
+	}
+	return st.Hosts[i].Counters
 }
 
 func statusIn(t *testing.T, l *lab.Lab) *Status {

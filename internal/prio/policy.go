@@ -36,6 +36,29 @@ func (s Scheme) code() uint32 { return uint32(slices.Index(schemes, s)) }
 type HostPolicy struct {
 	File      string
 	Advertise []match.Match
+	// Refresh is the longest a sending connection goes without writing the option; between
+	// refreshes it writes only a change (0: every data segment).
+	Refresh time.Duration
+}
+
+// DefaultRefresh is the host policy's refresh unless it says otherwise: a router that lost a
+// flow's state (LRU eviction, a restart, a new path) learns its backlog again within 10 ms (and
+// a coarse-clock tick) of its sending; at a few hundred thousand segments a second that is one
+// segment in thousands. Keep it below the routers' move_gap (docs/prio.md).
+const DefaultRefresh = 10 * time.Millisecond
+
+// duration reads a non-negative duration into to.
+func duration(el *config.Collector, v *yaml.Node, f string, to *time.Duration, example string) {
+	s, ok := el.Scalar(v, f)
+	if !ok {
+		return
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		el.Add(v.Line, f, "%q is not a duration; write e.g. %s", s, example)
+		return
+	}
+	*to = d
 }
 
 // RouterPolicy is a router's scheme and its parameters.
@@ -123,10 +146,14 @@ func LoadHostPolicy(file string) (*HostPolicy, error) {
 // ParseHostPolicy checks a host policy: every problem at once, with its line.
 func ParseHostPolicy(file string, data []byte) (*HostPolicy, error) {
 	el := &config.Collector{File: file}
-	p := &HostPolicy{File: file}
+	p := &HostPolicy{File: file, Refresh: DefaultRefresh}
 	root := el.Root(data, "a host policy needs `advertise:`, a list of selectors (docs/prio.md)")
 	if root != nil {
-		el.EachKey(root, "", []string{"advertise"}, func(_ string, v *yaml.Node) {
+		el.EachKey(root, "", []string{"advertise", "refresh"}, func(key string, v *yaml.Node) {
+			if key == "refresh" {
+				duration(el, v, key, &p.Refresh, "10ms (0: on every data segment)")
+				return
+			}
 			if v.Kind != yaml.SequenceNode {
 				el.Add(v.Line, "advertise", "must be a list of selectors, e.g. [{remote: 198.18.1.0/24, remote_port: 5201}]")
 				return
@@ -185,18 +212,6 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 		}
 		return n
 	}
-	duration := func(v *yaml.Node, f string, to *time.Duration, example string) {
-		s, ok := el.Scalar(v, f)
-		if !ok {
-			return
-		}
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			el.Add(v.Line, f, "%q is not a duration; write e.g. %s", s, example)
-			return
-		}
-		*to = d
-	}
 	el.EachKey(root, "", routerKeys, func(key string, v *yaml.Node) {
 		switch key {
 		case "scheme":
@@ -234,11 +249,11 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 				}
 			}
 		case "band_change_interval":
-			duration(v, key, &p.ChangeInterval, "10ms (0 lets flows move at every packet)")
+			duration(el, v, key, &p.ChangeInterval, "10ms (0 lets flows move at every packet)")
 		case "idle_reset":
-			duration(v, key, &p.IdleReset, "100ms (0: a flow is never promoted again)")
+			duration(el, v, key, &p.IdleReset, "100ms (0: a flow is never promoted again)")
 		case "move_gap":
-			duration(v, key, &p.MoveGap, "200ms (0: mid-burst too)")
+			duration(el, v, key, &p.MoveGap, "200ms (0: mid-burst too)")
 		case "thresholds":
 			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 || len(v.Content) > PrioMaxThresh {
 				el.Add(v.Line, key, "must be a list of 1 to %d sizes, ascending, e.g. [100KB, 1MB]", PrioMaxThresh)

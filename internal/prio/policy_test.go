@@ -18,6 +18,31 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
+// TestHostPolicy: every bad host policy names the file, line and field; refresh defaults to
+// DefaultRefresh, and 0 (every data segment) is kept.
+func TestHostPolicy(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ yaml, want string }{
+		{"refresh: 10ms\n", "p.yaml:1: advertise: missing"},
+		{"advertise: {remote: 198.18.1.0/24}\n", "p.yaml:1: advertise: must be a list"},
+		{"advertise: [{remote: 198.18.1.0/33}]\n", "p.yaml:1: advertise[0].remote"},
+		{"advertise: [{}]\nrefresh: often\n", `p.yaml:2: refresh: "often" is not a duration`},
+		{"advertise: [{}]\nrefresh: -1ms\n", `p.yaml:2: refresh: "-1ms" is not a duration`},
+		{"advertise: [{}]\nrefesh: 1ms\n", "p.yaml:2: refesh"},
+	} {
+		_, err := ParseHostPolicy("p.yaml", []byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: got %v, want an error containing %q", c.yaml, err, c.want)
+		}
+	}
+	for yaml, want := range map[string]time.Duration{"": DefaultRefresh, "refresh: 0\n": 0, "refresh: 50ms\n": 50 * time.Millisecond} {
+		p, err := ParseHostPolicy("p.yaml", []byte("advertise: [{remote_port: 5201}]\n"+yaml))
+		if err != nil || p.Refresh != want || len(p.Advertise) != 1 {
+			t.Errorf("%q: %+v, %v; want refresh %v", yaml, p, err, want)
+		}
+	}
+}
+
 // TestRouterPolicyErrors: every bad router policy names the file, line and field.
 func TestRouterPolicyErrors(t *testing.T) {
 	t.Parallel()

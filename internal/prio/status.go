@@ -63,7 +63,7 @@ type Status struct {
 }
 
 var routerCounterNames = []string{"packets", "parsed", "sctp", "no_option", "malformed", "untrusted", "capped", "other", "band_change", "change_held", "no_state", "idle_reset", "move_wait"}
-var hostCounterNames = []string{"matched", "unmatched", "written", "no_room", "no_tcp_sock"}
+var hostCounterNames = []string{"matched", "unmatched", "written", "no_room", "no_tcp_sock", "unchanged", "no_storage"}
 
 // ReadStatus reads every router of this network namespace and every host attachment.
 func ReadStatus() (*Status, error) {
@@ -116,7 +116,9 @@ func readCounters(path string, names []string) (map[string]uint64, error) {
 	}
 	out := map[string]uint64{}
 	for i, n := range names {
-		out[n] = all[i]
+		if i < len(all) { // a map pinned by an older flowplane has fewer counters
+			out[n] = all[i]
+		}
 	}
 	return out, nil
 }
