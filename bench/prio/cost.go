@@ -36,18 +36,20 @@ func (b *bench) cost(ctx context.Context) error {
 	}
 	// First as a host has it (TSO/GSO on: the writer and the classifier run once per
 	// super-packet of up to 64 KB), then with every MTU-sized packet paying in full.
-	if err := b.offload(ctx, 0, true); err != nil {
-		return err
-	}
 	return b.onOneCPU(func() error {
-		err := b.throughputCost(ctx, true)
-		if oerr := b.offload(ctx, 0, false); err == nil {
-			err = oerr
+		for _, on := range b.c.costOffload {
+			err := b.offload(ctx, 0, on)
+			if err == nil {
+				err = b.throughputCost(ctx, on)
+			}
+			if oerr := b.offload(ctx, 0, false); err == nil {
+				err = oerr
+			}
+			if err != nil {
+				return err
+			}
 		}
-		if err != nil {
-			return err
-		}
-		return b.throughputCost(ctx, false)
+		return nil
 	})
 }
 
@@ -75,10 +77,9 @@ func (b *bench) onOneCPU(fn func() error) error {
 // our option, 1400 bytes of payload) against a tc program that only returns.
 func (b *bench) classifierCost() error {
 	const repeat = 2_000_000
-	empty, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}})
+	empty, err := emptyTC()
 	if err != nil {
-		return fmt.Errorf("load the empty program: %w", err)
+		return err
 	}
 	defer empty.Close()
 	opt := prio.Option{Occupancy: 40, Backlog: 200e3}.Encode()
@@ -127,23 +128,7 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 	const unshaped = 100e9
 	rounds := b.c.costRounds
 	dst := netip.MustParseAddrPort(splitFirst(b.dsts)).Addr().String()
-	type arm struct {
-		name   string
-		writer bool   // the generator runs in the host writer's cgroup
-		scheme string // the router's scheme; "" for none, "bare" for the classifier alone, or pfifo_fast
-	}
-	// A veth's default is noqueue: no qdisc at all, cheaper than any router interface (a NIC
-	// comes with pfifo_fast or another qdisc), so pfifo_fast is measured too.
-	arms := []arm{
-		{"plain forwarding (veth: noqueue)", false, ""},
-		{"pfifo_fast (a NIC's default)", false, "pfifo_fast"},
-		{"host writer", true, ""},
-		{"classifier (backlog), no qdisc", false, "bare"},
-		{"host writer + classifier (backlog), no qdisc", true, "bare"},
-		{"HTB (fifo)", false, "fifo"},
-		{"classifier (backlog) + HTB", false, "backlog"},
-		{"host writer + classifier (backlog) + HTB", true, "backlog"},
-	}
+	arms := b.c.costArms
 	got, cpuPerGbit, resent := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 	for round := range rounds {
 		// Each round starts one arm later than the one before, so every arm takes every place
@@ -180,6 +165,8 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 				}
 			case "bare":
 				err = b.withBareClassifier(measure)
+			case "empty":
+				err = b.withEmptyTCX(measure)
 			default:
 				p, perr := b.policy(a.scheme, nil)
 				if perr != nil {
@@ -205,7 +192,7 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 		// HTB against HTB alone (the tree every scheme needs), the others against plain.
 		baseline := arms[0].name
 		if a.scheme == "fifo" || a.scheme == "backlog" {
-			baseline = "HTB (fifo)"
+			baseline = htbArm
 		}
 		var paired []float64
 		for i, v := range got[a.name] {
@@ -326,8 +313,23 @@ func (b *bench) withBareClassifier(fn func() error) error {
 		return err
 	}
 	defer objs.Close()
+	return b.withTCX(prog, fn)
+}
+
+// withEmptyTCX runs fn with a tc program that only returns on r1's bottleneck tcx egress.
+func (b *bench) withEmptyTCX(fn func() error) error {
+	prog, err := emptyTC()
+	if err != nil {
+		return err
+	}
+	defer prog.Close()
+	return b.withTCX(prog, fn)
+}
+
+// withTCX runs fn with prog on r1's bottleneck tcx egress.
+func (b *bench) withTCX(prog *ebpf.Program, fn func() error) error {
 	var l link.Link
-	err = nsrun.Do(b.l.Netns("r1"), func() error {
+	err := nsrun.Do(b.l.Netns("r1"), func() error {
 		iface, err := net.InterfaceByName(b.bneck)
 		if err != nil {
 			return err
@@ -336,10 +338,20 @@ func (b *bench) withBareClassifier(fn func() error) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("attach the classifier to r1's %s: %w", b.bneck, err)
+		return fmt.Errorf("attach a program to r1's %s: %w", b.bneck, err)
 	}
 	defer l.Close()
 	return fn()
+}
+
+// emptyTC is a tc program that only returns TCX_NEXT.
+func emptyTC() (*ebpf.Program, error) {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, -1), asm.Return()}})
+	if err != nil {
+		return nil, fmt.Errorf("load the empty program: %w", err)
+	}
+	return prog, nil
 }
 
 func splitFirst(s string) string { return split(s)[0] }
@@ -370,4 +382,52 @@ func cpuBusy() float64 {
 		}
 	}
 	return ticks / 100
+}
+
+type costArm struct {
+	key    string // -cost-arms
+	name   string
+	writer bool   // the generator runs in the host writer's cgroup
+	scheme string // the router's scheme; "" for none, "bare" for the classifier alone, "empty" for an empty tcx program, or pfifo_fast
+}
+
+const htbArm = "HTB (fifo)"
+
+// allCostArms, plain first: the baseline of the arms without HTB; HTB (fifo) that of the
+// arms over HTB. A veth's default is noqueue: no qdisc at all, cheaper than any router
+// interface (a NIC comes with pfifo_fast or another qdisc), so pfifo_fast is measured too; an
+// empty program on the same tcx hook is the floor of any classifier there.
+var allCostArms = []costArm{
+	{"plain", "plain forwarding (veth: noqueue)", false, ""},
+	{"pfifo_fast", "pfifo_fast (a NIC's default)", false, "pfifo_fast"},
+	{"tcx-empty", "tcx egress, an empty program", false, "empty"},
+	{"writer", "host writer", true, ""},
+	{"classifier", "classifier (backlog), no qdisc", false, "bare"},
+	{"writer+classifier", "host writer + classifier (backlog), no qdisc", true, "bare"},
+	{"htb", htbArm, false, "fifo"},
+	{"htb+classifier", "classifier (backlog) + HTB", false, "backlog"},
+	{"writer+htb+classifier", "host writer + classifier (backlog) + HTB", true, "backlog"},
+}
+
+// costArms picks the arms of -cost-arms, in allCostArms' order.
+func costArms(keys []string) ([]costArm, error) {
+	var out []costArm
+	for _, a := range allCostArms {
+		if slices.Contains(keys, a.key) {
+			out = append(out, a)
+		}
+	}
+	for _, k := range keys {
+		if !slices.ContainsFunc(allCostArms, func(a costArm) bool { return a.key == k }) {
+			return nil, fmt.Errorf("-cost-arms: %q is not an arm", k)
+		}
+	}
+	if len(out) == 0 || out[0].key != "plain" {
+		return nil, fmt.Errorf("-cost-arms: plain is every arm's baseline; include it")
+	}
+	if slices.ContainsFunc(out, func(a costArm) bool { return a.scheme == "backlog" }) &&
+		!slices.ContainsFunc(out, func(a costArm) bool { return a.key == "htb" }) {
+		return nil, fmt.Errorf("-cost-arms: htb is the baseline of the arms over HTB; include it")
+	}
+	return out, nil
 }

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -64,22 +65,24 @@ links:
 const sinkPort = 5500
 
 type config struct {
-	exps       []string
-	schemes    []string // fairness and cost
-	fctSchemes []string
-	flows      []int
-	runs       int
-	costRounds int
-	workloads  []string
-	loads      []float64
-	dur        time.Duration
-	fctDur     time.Duration
-	rate       uint64
-	leaves     int
-	limit      int
-	fifoLimit  int
-	bg         int
-	capBytes   float64
+	exps        []string
+	schemes     []string // fairness and cost
+	fctSchemes  []string
+	flows       []int
+	runs        int
+	costRounds  int
+	costArms    []costArm
+	costOffload []bool // TSO/GSO on, off, in this order
+	workloads   []string
+	loads       []float64
+	dur         time.Duration
+	fctDur      time.Duration
+	rate        uint64
+	leaves      int
+	limit       int
+	fifoLimit   int
+	bg          int
+	capBytes    float64
 }
 
 func main() {
@@ -98,7 +101,9 @@ func main() {
 	workloads := flag.String("workloads", "websearch,datamining", "fct: CDFs under bench/prio/cdf/")
 	loads := flag.String("loads", "0.5,0.8", "fct: offered loads")
 	flag.IntVar(&c.runs, "runs", 1, "fair: rounds, the schemes taking turns in each; cells are medians, with Jain's range")
-	flag.IntVar(&c.costRounds, "cost-rounds", 16, "cost: interleaved rounds of every arm (a multiple of the 8 arms: each takes every place in a round equally often)")
+	flag.IntVar(&c.costRounds, "cost-rounds", 18, "cost: interleaved rounds of every arm (a multiple of the number of arms: each takes every place in a round equally often)")
+	costArmKeys := flag.String("cost-arms", "plain,pfifo_fast,tcx-empty,writer,classifier,writer+classifier,htb,htb+classifier,writer+htb+classifier", "cost: arms measured (plain first, the baseline)")
+	costOffload := flag.String("cost-offload", "on,off", "cost: the sender's TSO/GSO in the throughput rounds")
 	flag.DurationVar(&c.dur, "d", 60*time.Second, "fair: measured window per run")
 	flag.DurationVar(&c.fctDur, "fct-d", 100*time.Second, "fct: arrival period per run (100 s: a few hundred small flows per run, so a p99 is not one flow)")
 	rate := flag.String("rate", "100mbit", "bottleneck rate")
@@ -115,6 +120,27 @@ func main() {
 		}
 	}
 	c.exps, c.schemes, c.fctSchemes, c.workloads = split(*exps), split(*schemes), split(*fctSchemes), split(*workloads)
+	var err error
+	if c.costArms, err = costArms(split(*costArmKeys)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if c.costRounds%len(c.costArms) != 0 {
+		fmt.Fprintf(os.Stderr, "-cost-rounds: %d is not a multiple of the %d arms (each must take every place in a round equally often)\n", c.costRounds, len(c.costArms))
+		os.Exit(2)
+	}
+	for _, s := range split(*costOffload) {
+		on := s == "on"
+		if (s != "on" && s != "off") || slices.Contains(c.costOffload, on) {
+			fmt.Fprintf(os.Stderr, "-cost-offload: %q: give on, off or on,off\n", *costOffload)
+			os.Exit(2)
+		}
+		c.costOffload = append(c.costOffload, on)
+	}
+	if len(c.costOffload) == 0 {
+		fmt.Fprintln(os.Stderr, "-cost-offload: give on, off or on,off")
+		os.Exit(2)
+	}
 	for _, s := range split(*flows) {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
@@ -131,7 +157,6 @@ func main() {
 		}
 		c.loads = append(c.loads, f)
 	}
-	var err error
 	if c.rate, err = units.ParseRate(*rate); err != nil {
 		fmt.Fprintf(os.Stderr, "-rate: %v\n", err)
 		os.Exit(2)
@@ -270,7 +295,7 @@ func (b *bench) hostWriter() error {
 	if err := os.Mkdir(b.cg, 0o755); err != nil {
 		return err
 	}
-	return prio.Host(b.host, b.cg, &prio.HostPolicy{File: "bench", Advertise: []match.Match{match.Any()}})
+	return prio.Host(b.host, b.cg, &prio.HostPolicy{File: "bench", Advertise: []match.Match{match.Any()}, Refresh: prio.DefaultRefresh})
 }
 
 // policy is the router policy of a scheme, as a user would write it; thresholds are pias's
