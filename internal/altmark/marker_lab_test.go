@@ -2,14 +2,12 @@ package altmark
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/cli"
@@ -52,48 +49,6 @@ func taiOffset() time.Duration {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &ts)
 	return time.Duration(tai() - ts.Nano())
-}
-
-// capture runs tcpdump on node's interface while fn runs and returns the packets it saw.
-func capture(t *testing.T, l *lab.Lab, node, filter string, fn func()) []gopacket.Packet {
-	t.Helper()
-	testenv.Need(t, "tcpdump")
-	file := filepath.Join(t.TempDir(), node+".pcap")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	dump, err := l.Command(ctx, node, "tcpdump", "--immediate-mode", "-i", labDev(t, l, node), "-U", "-s", "200", "-w", file, filter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dump.Start(); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if st, err := os.Stat(file); err == nil && st.Size() >= 24 { // the pcap header: capturing
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("tcpdump did not start")
-		}
-	}
-	fn()
-	time.Sleep(200 * time.Millisecond)
-	_ = dump.Process.Signal(syscall.SIGINT)
-	_ = dump.Wait()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ps []gopacket.Packet
-	for p := range gopacket.NewPacketSource(r, r.LinkType()).Packets() {
-		ps = append(ps, p)
-	}
-	return ps
 }
 
 func markIn(t *testing.T, l *lab.Lab, node, dev, cfg string) *MarkConfig {
@@ -198,7 +153,7 @@ func labMarkAltMark(t *testing.T, header string) {
 	labtest.Run(t, l, "h1", "ip", "-6", "route", "replace", h2+"/128", "dev", dev, "mtu", "1492")
 	off := taiOffset()
 	var res labtest.IperfResult
-	ps := capture(t, l, "h2", "ip6 and src host "+labtest.Addr(t, l, "h1", "6"), func() {
+	ps := labtest.Capture(t, l, "h2", []string{"-i", labDev(t, l, "h2"), "ip6 and src host " + labtest.Addr(t, l, "h1", "6")}, func() {
 		res = labtest.Iperf(t, l, "h1", "h2", h2, "-t", "2", "-b", "50M")
 	})
 	if res.ReceivedBPS == 0 {
@@ -341,7 +296,7 @@ func TestLabMarkDSCP(t *testing.T) {
 	c := markIn(t, l, "h1", dev, "carrier: dscp\nperiod: 100ms\ndscp_bits: [0, 1]\n")
 	off := taiOffset()
 	var res labtest.IperfResult
-	ps := capture(t, l, "h2", "ip and src host "+labtest.Addr(t, l, "h1", "4"), func() {
+	ps := labtest.Capture(t, l, "h2", []string{"-i", labDev(t, l, "h2"), "ip and src host " + labtest.Addr(t, l, "h1", "4")}, func() {
 		res = labtest.Iperf(t, l, "h1", "h2", labtest.Addr(t, l, "h2", "4"), "-t", "2", "-b", "50M")
 	})
 	if res.ReceivedBPS == 0 {

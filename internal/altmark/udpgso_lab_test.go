@@ -79,7 +79,7 @@ func TestLabMarkUDPGSO(t *testing.T) {
 		return got
 	}
 	// 1000-byte datagrams: 40 + 8 + 8 + 1000 = 1056 bytes per datagram with the header.
-	ps := capture(t, l, "h2", "ip6 and src host "+labtest.Addr(t, l, "h1", "6"), func() {
+	ps := labtest.Capture(t, l, "h2", []string{"-i", labDev(t, l, "h2"), "ip6 and src host " + labtest.Addr(t, l, "h1", "6")}, func() {
 		sendGSO(t, l, h2, 7001, 8, 1000)
 		if got := recv(8, 1000); got != 8 {
 			t.Errorf("h2 received %d of 8 datagrams", got)

@@ -1,11 +1,9 @@
 package prio
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,9 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/vishvananda/netlink"
 
 	"github.com/flowplane/flowplane/internal/cgroup"
@@ -238,7 +234,7 @@ func TestLabAdvertiseOnChange(t *testing.T) {
 			t.Fatal(err)
 		}
 		conns := map[layers.TCPPort][]segment{}
-		var bulk layers.TCPPort // iperf3's data connection: the one with the most data segments
+		var bulk layers.TCPPort // iperf3's data connection: the one with the most packets
 		for _, sg := range iperfCaptured(t, ctx, l, cg, "h1", h1dev, c.port, c.args...) {
 			conns[sg.sport] = append(conns[sg.sport], sg)
 			if sg.data && len(conns[sg.sport]) > len(conns[bulk]) {
@@ -320,88 +316,41 @@ type segment struct {
 func iperfCaptured(t *testing.T, ctx context.Context, l *lab.Lab, cg, node, dev string, port int, args ...string) []segment {
 	t.Helper()
 	h2 := labtest.Addr(t, l, "h2", "4")
-	pcap := filepath.Join(t.TempDir(), node+".pcap")
 	p := strconv.Itoa(port)
-	dump, err := l.Command(ctx, node, "tcpdump", "-i", dev, "-U", "-c", "300", "-s", "128", "-w", pcap, "tcp dst port "+p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dumpErr, err := dump.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dump.Start(); err != nil {
-		t.Fatal(err)
-	}
-	listening := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(dumpErr)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "listening on") {
-				close(listening)
+	packets := labtest.Capture(t, l, node, []string{"-i", dev, "-c", "300", "tcp dst port " + p}, func() {
+		srv, err := l.Command(ctx, "h2", "iperf3", "-s", "-1", "-p", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // iperf3 -s has no readiness signal; a refused connect is retried below
+		for try := 0; ; try++ {
+			cli, err := l.Command(ctx, "h1", "iperf3", append([]string{"-c", h2, "-p", p, "-f", "m"}, args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fd, err := cgroup.Into(cli.Cmd, cg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := cli.CombinedOutput()
+			fd.Close()
+			if err == nil {
 				break
 			}
+			if !strings.Contains(string(out), "refused") || try == 20 {
+				t.Fatalf("iperf3 to :%d failed: %v\n%s", port, err, out)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		_, _ = io.Copy(io.Discard, dumpErr)
-	}()
-	select {
-	case <-listening:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("tcpdump on %s did not start listening", node)
-	}
-	srv, err := l.Command(ctx, "h2", "iperf3", "-s", "-1", "-p", p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond) // iperf3 -s has no readiness signal; a refused connect is retried below
-	for try := 0; ; try++ {
-		cli, err := l.Command(ctx, "h1", "iperf3", append([]string{"-c", h2, "-p", p, "-f", "m"}, args...)...)
-		if err != nil {
-			t.Fatal(err)
+		if err := srv.Wait(); err != nil {
+			t.Errorf("iperf3 server: %v", err)
 		}
-		fd, err := cgroup.Into(cli.Cmd, cg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := cli.CombinedOutput()
-		fd.Close()
-		if err == nil {
-			break
-		}
-		if !strings.Contains(string(out), "refused") || try == 20 {
-			t.Fatalf("iperf3 to :%d failed: %v\n%s", port, err, out)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err := srv.Wait(); err != nil {
-		t.Errorf("iperf3 server: %v", err)
-	}
-	// A flow of fewer packets leaves tcpdump waiting: stop it once the transfer is over.
-	dumped := make(chan error, 1)
-	go func() { dumped <- dump.Wait() }()
-	select {
-	case err = <-dumped:
-	case <-time.After(2 * time.Second):
-		_ = dump.Process.Signal(os.Interrupt)
-		err = <-dumped
-	}
-	if err != nil {
-		t.Fatalf("tcpdump: %v", err)
-	}
-	f, err := os.Open(pcap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcapgo.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	var out []segment
-	for pk := range gopacket.NewPacketSource(r, r.LinkType()).Packets() {
+	for _, pk := range packets {
 		tcp, _ := pk.Layer(layers.LayerTypeTCP).(*layers.TCP)
 		ip, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
 		if tcp == nil || ip == nil || ip.DstIP.String() != h2 {

@@ -1,14 +1,20 @@
 // Package labtest brings labs up for tests: a unique name per test, teardown in t.Cleanup, and
-// helpers to run commands and iperf3 on nodes.
+// helpers to run commands and iperf3 on nodes and to capture packets.
 package labtest
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/testenv"
@@ -95,4 +101,48 @@ func Iperf(t testing.TB, l *lab.Lab, client, server, addr string, args ...string
 		t.Fatal(err)
 	}
 	return r
+}
+
+// Capture runs tcpdump on node with args (interface, options, filter: `-i eth0 -c 300 tcp`)
+// while fn runs, and returns the packets it saw. It waits until tcpdump writes its file header
+// (it is capturing) before calling fn, and stops it 200 ms after fn returns.
+func Capture(t testing.TB, l *lab.Lab, node string, args []string, fn func()) []gopacket.Packet {
+	t.Helper()
+	testenv.Need(t, "tcpdump")
+	file := filepath.Join(t.TempDir(), node+".pcap")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dump, err := l.Command(ctx, node, "tcpdump", append([]string{"--immediate-mode", "-U", "-s", "200", "-w", file}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dump.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if st, err := os.Stat(file); err == nil && st.Size() >= 24 { // the pcap header: capturing
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("tcpdump did not start")
+		}
+	}
+	fn()
+	time.Sleep(200 * time.Millisecond)
+	_ = dump.Process.Signal(syscall.SIGINT) // it may have stopped itself (-c)
+	_ = dump.Wait()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps []gopacket.Packet
+	for p := range gopacket.NewPacketSource(r, r.LinkType()).Packets() {
+		ps = append(ps, p)
+	}
+	return ps
 }
