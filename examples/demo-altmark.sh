@@ -107,7 +107,9 @@ done
 echo "== altmark analyze: RFC 9342 clusters of the demo topology (hosts probed too), loss per cluster"
 topo=(--topology examples/demo.yaml --probe-hosts)
 "$FLOWPLANE" altmark analyze clusters examples/demo.yaml --probe-hosts
-"$FLOWPLANE" altmark analyze loss --data "$tmp/data" "${topo[@]}" 2>&1 | awk 'NR == 1 || ($7 != 0 && $7 != "-")' | head -30
+# awk keeps the first 30 rows but reads to the end: a reader that quits early (head) would
+# stop the writer with SIGPIPE, and the demo with it.
+"$FLOWPLANE" altmark analyze loss --data "$tmp/data" "${topo[@]}" 2>&1 | awk '(NR == 1 || ($7 != 0 && $7 != "-")) && n++ < 30'
 echo "(rows with loss 0 left out; C6 is the lossy wire r1 → h2; a node cluster's loss of 1 or 2 is"
 echo " traffic addressed to r1 itself, e.g. neighbour discovery, which enters r1 and leaves nowhere)"
 report=${ALTMARK_REPORT:-/tmp/flowplane-altmark-demo.html}
