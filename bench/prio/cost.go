@@ -101,19 +101,28 @@ func (b *bench) classifierCost() error {
 		if err != nil {
 			return err
 		}
-		prog, closer, err := prio.ClassifierProgram(p)
-		if err != nil {
-			return err
+		for _, cache := range []bool{true, false} {
+			if !cache && scheme != "backlog" {
+				continue
+			}
+			prog, closer, err := prio.ClassifierProgram(p, cache)
+			if err != nil {
+				return err
+			}
+			_, per, err := progrun.Bench(prog, frame, repeat)
+			closer.Close()
+			if err != nil {
+				return err
+			}
+			name := scheme
+			if !cache {
+				name += ", without the flow cache"
+			}
+			t.Add("classifier, "+name, float64(per.Nanoseconds()), float64(per)/float64(base), float64((per - base).Nanoseconds()))
+			data[name] = float64(per.Nanoseconds())
 		}
-		_, per, err := progrun.Bench(prog, frame, repeat)
-		closer.Close()
-		if err != nil {
-			return err
-		}
-		t.Add("classifier, "+scheme, float64(per.Nanoseconds()), float64(per)/float64(base), float64((per - base).Nanoseconds()))
-		data[scheme] = float64(per.Nanoseconds())
 	}
-	t.Notes = append(t.Notes, fmt.Sprintf("%d runs each, one flow (its state stays in the table: the established path).", repeat))
+	t.Notes = append(t.Notes, fmt.Sprintf("%d runs each, one flow on one CPU (its state stays in the table, and in the CPU's flow cache: the established path).", repeat))
 	b.table(t)
 	b.res.Data["classifier_ns_per_packet"] = data
 	return nil
@@ -163,8 +172,8 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 				if out, qerr := b.cmd(ctx, "r1", "tc", "qdisc", "del", "dev", b.bneck, "root"); qerr != nil && err == nil {
 					err = fmt.Errorf("tc qdisc del on r1: %v: %s", qerr, out)
 				}
-			case "bare":
-				err = b.withBareClassifier(measure)
+			case "bare", "bare-nocache":
+				err = b.withBareClassifier(a.scheme == "bare", measure)
 			case "empty":
 				err = b.withEmptyTCX(measure)
 			default:
@@ -301,14 +310,15 @@ func meanInterval(xs []float64) (mean, half float64) {
 	return mean, q * math.Sqrt(ss/(n-1)/n)
 }
 
-// withBareClassifier runs fn with backlog's classifier on r1's bottleneck egress (tcx) and no
-// qdisc: what the classifier costs a link by itself, without the HTB tree that acts on it.
-func (b *bench) withBareClassifier(fn func() error) error {
+// withBareClassifier runs fn with backlog's classifier, with or without its flow cache, on
+// r1's bottleneck egress (tcx) and no qdisc: what the classifier costs a link by itself,
+// without the HTB tree that acts on it.
+func (b *bench) withBareClassifier(cache bool, fn func() error) error {
 	p, err := b.policy("backlog", nil)
 	if err != nil {
 		return err
 	}
-	prog, objs, err := prio.ClassifierProgram(p)
+	prog, objs, err := prio.ClassifierProgram(p, cache)
 	if err != nil {
 		return err
 	}
@@ -388,7 +398,7 @@ type costArm struct {
 	key    string // -cost-arms
 	name   string
 	writer bool   // the generator runs in the host writer's cgroup
-	scheme string // the router's scheme; "" for none, "bare" for the classifier alone, "empty" for an empty tcx program, or pfifo_fast
+	scheme string // the router's scheme; "" for none, "bare" for the classifier alone ("bare-nocache": without its flow cache), "empty" for an empty tcx program, or pfifo_fast
 }
 
 const htbArm = "HTB (fifo)"
@@ -403,6 +413,7 @@ var allCostArms = []costArm{
 	{"tcx-empty", "tcx egress, an empty program", false, "empty"},
 	{"writer", "host writer", true, ""},
 	{"classifier", "classifier (backlog), no qdisc", false, "bare"},
+	{"classifier-nocache", "classifier (backlog) without the flow cache, no qdisc", false, "bare-nocache"},
 	{"writer+classifier", "host writer + classifier (backlog), no qdisc", true, "bare"},
 	{"htb", htbArm, false, "fifo"},
 	{"htb+classifier", "classifier (backlog) + HTB", false, "backlog"},

@@ -22,6 +22,7 @@ enum prio_limit {
 	PRIO_MAX_THRESH = 8,	 /* router: band edges */
 	PRIO_MAX_BANDS = 16,
 	PRIO_MAX_LEAVES = 64,
+	PRIO_CACHE_SYNC = 16, /* router: fast-path packets between two syncs of a cached flow */
 };
 
 /* Router schemes (policy `scheme`). */
@@ -47,14 +48,15 @@ struct prio_selector {
 #define PRIO_DIR_ACTIVE	 1 /* connections this host opened */
 #define PRIO_DIR_PASSIVE 2 /* connections this host accepted */
 
-/* Router: a flow, as the bottleneck's egress sees it (one direction). */
+/* Router: a flow, as the bottleneck's egress sees it (one direction). 8-byte aligned: the
+ * flow cache hashes and compares it a 64-bit word at a time. */
 struct prio_flow_key {
 	__u8 saddr[16]; /* IPv4-mapped for IPv4 */
 	__u8 daddr[16];
 	__u16 sport, dport; /* network order */
 	__u8 proto;
 	__u8 pad[3];
-};
+} __attribute__((aligned(8)));
 
 struct prio_flow {
 	__u64 bytes;	   /* seen at this hook */
@@ -67,6 +69,22 @@ struct prio_flow {
 	__u8 occupancy; /* last advertised %, PRIO_OCC_UNKNOWN if none */
 	__u8 source;	/* enum prio_source of the last information */
 	__u8 trusted;	/* its source is in prio_trust (looked up once, at its first packet) */
+};
+
+/* Router: one slot of a CPU's flow cache (classifier.bpf.c, docs/prio.md "Flow cache"): a copy
+ * of a flow's state that the fast path reads and writes instead of the flow table, synced back
+ * to the table every PRIO_CACHE_SYNC packets and whenever the flow leaves the fast path. */
+struct prio_flow_cached {
+	__u64 bytes;	 /* the flow's bytes as this CPU knows them (the table's + unsynced) */
+	__u64 last_seen; /* as in prio_flow */
+	struct prio_flow_key key; /* the flow this slot holds (valid while packets > 0) */
+	__u32 unsynced;		  /* bytes not yet added to the table */
+	__u32 backlog;		  /* as in prio_flow */
+	__u32 classid;		  /* the flow's class when filled */
+	__u32 gen;		  /* prio_gen of the slot when filled: a move anywhere bumps it */
+	__u8 band, occupancy, source, trusted; /* as in prio_flow */
+	__u8 packets;			       /* since the last sync; 0: an empty slot */
+	__u8 pad[3];
 };
 
 enum prio_source {
@@ -96,6 +114,7 @@ enum prio_stat {
 	PRIO_STAT_NO_STATE,    /* the flow table refused an entry: default class */
 	PRIO_STAT_IDLE_RESET,  /* pias: a flow idle for idle_reset started over in band 0 */
 	PRIO_STAT_MOVE_WAIT,   /* a move put off: the flow sent within move_gap */
+	PRIO_STAT_CACHED,      /* classified from the CPU's flow cache, without the flow table */
 	PRIO_STAT_MAX,
 };
 

@@ -3,8 +3,11 @@ package prio
 import (
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/progrun"
 	"github.com/flowplane/flowplane/internal/stats"
@@ -22,11 +25,17 @@ const (
 // classifier loads the program for a policy (nothing attached).
 func classifier(t *testing.T, p *RouterPolicy) *classifierObjects {
 	t.Helper()
+	return classifierWith(t, p, cacheSlots)
+}
+
+// classifierWith is classifier with slots flow cache slots per CPU (0: none).
+func classifierWith(t *testing.T, p *RouterPolicy, slots uint32) *classifierObjects {
+	t.Helper()
 	testenv.Privileged(t)
 	if p.Trust == nil {
 		p.Trust = []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24"), netip.MustParsePrefix("fd00:1::/64")}
 	}
-	objs, err := loadClassifierFor(p)
+	objs, err := loadClassifierWith(p, slots)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,9 +43,28 @@ func classifier(t *testing.T, p *RouterPolicy) *classifierObjects {
 	return objs
 }
 
-// classify runs one frame and returns the class it was given.
+// classify runs one frame on the first CPU the test may use and returns the class it was
+// given: a flow's packets on one CPU, as a NIC's RSS keeps them.
 func classify(t *testing.T, objs *classifierObjects, frame []byte) uint32 {
 	t.Helper()
+	return classifyOn(t, cpus(t)[0], objs, frame)
+}
+
+// classifyOn runs one frame on cpu: a test run executes on the calling thread's CPU, and the
+// classifier's flow cache is per CPU.
+func classifyOn(t *testing.T, cpu int, objs *classifierObjects, frame []byte) uint32 {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var all, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	one.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatalf("run on CPU %d: %v", cpu, err)
+	}
+	defer func() { _ = unix.SchedSetaffinity(0, &all) }()
 	r, ctx, err := progrun.ExecSKB(objs.PrioClassify, frame, progrun.SKBMD{})
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +73,22 @@ func classify(t *testing.T, objs *classifierObjects, frame []byte) uint32 {
 		t.Errorf("verdict %d, want TCX_NEXT (-1): the classifier never decides a packet's fate", int32(r.Ret))
 	}
 	return ctx.Priority
+}
+
+// cpus are the CPUs this test may run on.
+func cpus(t *testing.T) []int {
+	t.Helper()
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for i := range 1024 {
+		if all.IsSet(i) {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 func class(band, leaf int) uint32 { return ClassID(Major, band, leaf) }

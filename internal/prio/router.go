@@ -111,7 +111,7 @@ func Router(dev string, rate uint64, p *RouterPolicy) (err error) {
 	if err != nil {
 		return err
 	}
-	for name, pinner := range map[string]interface{ Pin(string) error }{"link": tl, "flows": objs.PrioFlows, "stats": objs.PrioStats} {
+	for name, pinner := range map[string]interface{ Pin(string) error }{"link": tl, "flows": objs.PrioFlows, "cache": objs.PrioCache, "stats": objs.PrioStats} {
 		if err := pinner.Pin(filepath.Join(dir, name)); err != nil {
 			return fmt.Errorf("pin %s: %w", name, err)
 		}
@@ -119,22 +119,40 @@ func Router(dev string, rate uint64, p *RouterPolicy) (err error) {
 	return runstate.Save(subsystem, routerRecordName(ns, dev), &RouterRecord{Dev: dev, Rate: rate, File: p.File, Scheme: p.Scheme, Bands: p.Bands(), Leaves: p.Leaves})
 }
 
-// ClassifierProgram loads the classifier for p without attaching it, for benchmarks; close the
-// closer when done.
-func ClassifierProgram(p *RouterPolicy) (*ebpf.Program, io.Closer, error) {
-	objs, err := loadClassifierFor(p)
+// ClassifierProgram loads the classifier for p, with or without its flow cache, without
+// attaching it, for benchmarks; close the closer when done.
+func ClassifierProgram(p *RouterPolicy, cache bool) (*ebpf.Program, io.Closer, error) {
+	slots := uint32(0)
+	if cache {
+		slots = cacheSlots
+	}
+	objs, err := loadClassifierWith(p, slots)
 	if err != nil {
 		return nil, nil, err
 	}
 	return objs.PrioClassify, objs, nil
 }
 
+// cacheSlots is the size of each CPU's flow cache (a power of two): 1024 slots of 80 bytes.
+const cacheSlots = 1024
+
 // loadClassifierFor loads the classifier with p's constants and trusted prefixes.
 func loadClassifierFor(p *RouterPolicy) (*classifierObjects, error) {
+	return loadClassifierWith(p, cacheSlots)
+}
+
+// loadClassifierWith is loadClassifierFor with slots flow cache slots per CPU (a power of
+// two; 0: no cache, every packet reads the flow table).
+func loadClassifierWith(p *RouterPolicy, slots uint32) (*classifierObjects, error) {
 	spec, err := loadClassifier()
 	if err != nil {
 		return nil, fmt.Errorf("load classifier spec: %w", err)
 	}
+	if slots&(slots-1) != 0 {
+		return nil, fmt.Errorf("flow cache of %d slots: not a power of two", slots)
+	}
+	spec.Maps["prio_cache"].MaxEntries = max(slots, 1)
+	spec.Maps["prio_gen"].MaxEntries = max(slots, 1)
 	var thresh [8]uint64
 	copy(thresh[:], p.Thresholds)
 	tick, err := coarseTick()
@@ -148,6 +166,8 @@ func loadClassifierFor(p *RouterPolicy) (*classifierObjects, error) {
 		"change_interval_ns": onCoarseClock(p.ChangeInterval, tick),
 		"idle_reset_ns":      onCoarseClock(p.IdleReset, tick),
 		"move_gap_ns":        onCoarseClock(p.MoveGap, tick),
+		"cache_mask":         max(slots, 1) - 1,
+		"cache_on":           uint32(min(slots, 1)),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)

@@ -62,7 +62,7 @@ type Status struct {
 	Hosts   []HostStatus   `json:"hosts"`
 }
 
-var routerCounterNames = []string{"packets", "parsed", "sctp", "no_option", "malformed", "untrusted", "capped", "other", "band_change", "change_held", "no_state", "idle_reset", "move_wait"}
+var routerCounterNames = []string{"packets", "parsed", "sctp", "no_option", "malformed", "untrusted", "capped", "other", "band_change", "change_held", "no_state", "idle_reset", "move_wait", "cached"}
 var hostCounterNames = []string{"matched", "unmatched", "written", "no_room", "no_tcp_sock", "unchanged", "no_storage"}
 
 // ReadStatus reads every router of this network namespace and every host attachment.
@@ -160,10 +160,19 @@ func routerStatus(ns string, rec RouterRecord) (*RouterStatus, error) {
 		return nil, fmt.Errorf("open flow table: %w", err)
 	}
 	defer flows.Close()
-	var k classifierPrioFlowKey
-	var v classifierPrioFlow
-	it := flows.Iterate()
-	for it.Next(&k, &v) {
+	table, err := flowTable(flows)
+	if err != nil {
+		return nil, err
+	}
+	// A router attached by a flowplane without the flow cache pinned none.
+	if cache, err := ebpf.LoadPinnedMap(filepath.Join(dir, "cache"), nil); err == nil {
+		err = mergeCache(cache, table)
+		cache.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	for k, v := range table {
 		fs := FlowStatus{Src: endpoint(k.Saddr, k.Sport), Dst: endpoint(k.Daddr, k.Dport), Proto: k.Proto,
 			Class: minorString(v.Classid), Band: int(v.Band), Backlog: v.Backlog, Occupancy: int(v.Occupancy),
 			Bytes: v.Bytes, BandChanges: v.Changes, InfoFromOption: []string{"none", "tcp-option", "sctp-chunk"}[min(int(v.Source), 2)]}
@@ -172,9 +181,6 @@ func routerStatus(ns string, rec RouterRecord) (*RouterStatus, error) {
 		}
 		rs.Flows = append(rs.Flows, fs)
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read flow table: %w", err)
-	}
 	sort.Slice(rs.Flows, func(i, j int) bool { return rs.Flows[i].Bytes > rs.Flows[j].Bytes })
 	return rs, nil
 }
@@ -182,4 +188,41 @@ func routerStatus(ns string, rec RouterRecord) (*RouterStatus, error) {
 func endpoint(a [16]uint8, port uint16) string {
 	p := uint16(port>>8 | port<<8) // network order in the key
 	return netip.AddrPortFrom(netip.AddrFrom16(a).Unmap(), p).String()
+}
+
+// flowTable reads the classifier's flow table.
+func flowTable(m *ebpf.Map) (map[classifierPrioFlowKey]classifierPrioFlow, error) {
+	table := map[classifierPrioFlowKey]classifierPrioFlow{}
+	var k classifierPrioFlowKey
+	var v classifierPrioFlow
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		table[k] = v
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read flow table: %w", err)
+	}
+	return table, nil
+}
+
+// mergeCache adds to the table the bytes each CPU's flow cache has not synced yet, so the
+// table counts every packet the classifier took.
+func mergeCache(cache *ebpf.Map, table map[classifierPrioFlowKey]classifierPrioFlow) error {
+	var slot uint32
+	var perCPU []classifierPrioFlowCached
+	it := cache.Iterate()
+	for it.Next(&slot, &perCPU) {
+		for _, c := range perCPU {
+			f, ok := table[c.Key]
+			if c.Packets == 0 || !ok {
+				continue
+			}
+			f.Bytes += uint64(c.Unsynced)
+			table[c.Key] = f
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read flow cache: %w", err)
+	}
+	return nil
 }

@@ -1,0 +1,179 @@
+package prio
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/flowplane/flowplane/internal/stats"
+)
+
+// cacheFlows are the senders of the flow cache tests: trusted IPv4 and IPv6, and one
+// untrusted sender whose information does not count.
+var cacheFlows = []struct {
+	src, dst string
+	sport    uint16
+}{
+	{trusted, server, 7001}, {trusted, server, 7002}, {"198.18.1.11", server, 7003},
+	{trusted6, server6, 7004}, {untrusted, server, 7005},
+}
+
+// cachePackets is a reproducible packet sequence over cacheFlows: bursts of one flow, sizes
+// from a pure ACK to a full segment, and advertisements that a sender repeats for a while and
+// then steps across the band edges (or leaves out, as the host writer does between changes).
+func cachePackets(n int) [][]byte {
+	r := rand.New(rand.NewPCG(1, 2))
+	type adv struct {
+		occ     uint8
+		backlog uint32
+	}
+	cur := make([]adv, len(cacheFlows))
+	var out [][]byte
+	f := 0
+	for range n {
+		if r.IntN(8) == 0 {
+			f = r.IntN(len(cacheFlows))
+		}
+		if r.IntN(10) == 0 {
+			cur[f] = adv{uint8(r.IntN(101)), []uint32{1e3, 5e3, 50e3, 500e3, 2e6}[r.IntN(5)]}
+		}
+		o := opts(optNOP, optNOP, optTS)
+		if r.IntN(5) < 3 {
+			o = opts(optNOP, optNOP, optTS, ours(cur[f].occ, cur[f].backlog))
+		}
+		c := cacheFlows[f]
+		out = append(out, ipFrame(c.src, c.dst, 6, tcpSeg(c.sport, 80, o, []int{0, 100, 1400}[r.IntN(3)], 0)))
+	}
+	return out
+}
+
+// flowState is the classifier's flow table with the flow cache's unsynced bytes merged in, as
+// `prio status` reads it, without the fields that hold clock readings.
+func flowState(t *testing.T, objs *classifierObjects) map[classifierPrioFlowKey]classifierPrioFlow {
+	t.Helper()
+	table, err := flowTable(objs.PrioFlows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mergeCache(objs.PrioCache, table); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range table {
+		v.LastSeen, v.LastChange = 0, 0
+		table[k] = v
+	}
+	return table
+}
+
+// TestFlowCacheAgreesWithTable: the cache's fast path decides what the flow table decides. The
+// same packets go through a classifier without the cache, with it, and with a cache of one
+// slot (each flow's packets evict another's copy), all on one CPU: every packet gets the same
+// class, every counter but `cached` agrees, and so does every flow's state once the cache's
+// unsynced bytes are merged in.
+func TestFlowCacheAgreesWithTable(t *testing.T) {
+	t.Parallel()
+	packets := cachePackets(3000)
+	for name, p := range map[string]RouterPolicy{
+		"fair":               {Scheme: Fair, Leaves: 4},
+		"backlog":            {Scheme: Backlog, Leaves: 4, Thresholds: []uint64{10e3, 100e3, 1e6}},
+		"backlog max_claim":  {Scheme: Backlog, Leaves: 4, Thresholds: []uint64{10e3, 100e3, 1e6}, MaxClaim: 1},
+		"occupancy":          {Scheme: Occupancy, Leaves: 4},
+		"occupancy move_gap": {Scheme: Occupancy, Leaves: 4, MoveGap: time.Hour},
+		"pias":               {Scheme: PIAS, Leaves: 4, Thresholds: []uint64{20e3, 200e3}, IdleReset: time.Hour},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var classes [][]uint32
+			var counters [][]uint64
+			var states []map[classifierPrioFlowKey]classifierPrioFlow
+			for _, slots := range []uint32{0, cacheSlots, 1} {
+				objs := classifierWith(t, &p, slots)
+				var got []uint32
+				for _, f := range packets {
+					got = append(got, classify(t, objs, f))
+				}
+				all, err := stats.All(objs.PrioStats)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cached := all[classifierPrioStatPRIO_STAT_CACHED]
+				if slots > 0 && cached == 0 {
+					t.Errorf("%d slots: no packet took the fast path", slots)
+				}
+				t.Logf("%d slots: %d of %d packets from the cache", slots, cached, len(packets))
+				all[classifierPrioStatPRIO_STAT_CACHED] = 0
+				classes, counters, states = append(classes, got), append(counters, all), append(states, flowState(t, objs))
+			}
+			for i, slots := range []uint32{cacheSlots, 1} {
+				for j := range packets {
+					if classes[i+1][j] != classes[0][j] {
+						t.Fatalf("%d slots: packet %d got class %x, the table alone gives %x", slots, j, classes[i+1][j], classes[0][j])
+					}
+				}
+				for s := range counters[0] {
+					if counters[i+1][s] != counters[0][s] {
+						t.Errorf("%d slots: counter %d = %d, the table alone counts %d", slots, s, counters[i+1][s], counters[0][s])
+					}
+				}
+				for k, want := range states[0] {
+					if got := states[i+1][k]; got != want {
+						t.Errorf("%d slots: flow %s → %s:\n got %+v\nwant %+v", slots, endpoint(k.Saddr, k.Sport), endpoint(k.Daddr, k.Dport), got, want)
+					}
+				}
+				if len(states[i+1]) != len(states[0]) {
+					t.Errorf("%d slots: %d flows, the table alone has %d", slots, len(states[i+1]), len(states[0]))
+				}
+			}
+		})
+	}
+}
+
+// TestFlowCacheAcrossCPUs: a flow whose packets come on two CPUs. A band change on one CPU
+// makes the other's copy stale at once: its next packet goes to the new class, so no CPU sends
+// a flow back to a better band (pias's "never promoted") or keeps it in its old one. Bytes
+// counted on both add up.
+func TestFlowCacheAcrossCPUs(t *testing.T) {
+	t.Parallel()
+	cs := cpus(t)
+	if len(cs) < 2 {
+		t.Fatalf("needs two CPUs to run on, this test may use %v", cs)
+	}
+	a, b := cs[0], cs[1]
+	t.Run("backlog", func(t *testing.T) {
+		objs := classifier(t, &RouterPolicy{Scheme: Backlog, Leaves: 1, Thresholds: []uint64{10e3, 100e3}})
+		f := func(o []byte) []byte { return tcpFrame(trusted, server, 7100, 80, opts(optNOP, optNOP, optTS, o)) }
+		var sent uint64
+		send := func(cpu int, frame []byte) uint32 { sent += uint64(len(frame)); return classifyOn(t, cpu, objs, frame) }
+		for range 4 {
+			if got := send(a, f(ours(0, 5000))); got != class(0, 0) {
+				t.Fatalf("CPU %d: class %x, want %x", a, got, class(0, 0))
+			}
+		}
+		if got := send(b, f(ours(0, 50e3))); got != class(1, 0) {
+			t.Fatalf("CPU %d, the backlog grown: class %x, want %x", b, got, class(1, 0))
+		}
+		for i := range 3 {
+			if got := send(a, f(nil)); got != class(1, 0) {
+				t.Errorf("CPU %d after the move on CPU %d, packet %d: class %x, want %x", a, b, i, got, class(1, 0))
+			}
+		}
+		for k, v := range flowState(t, objs) {
+			if v.Bytes != sent {
+				t.Errorf("flow %s: %d bytes, %d sent", endpoint(k.Saddr, k.Sport), v.Bytes, sent)
+			}
+		}
+	})
+	t.Run("pias", func(t *testing.T) {
+		objs := classifier(t, &RouterPolicy{Scheme: PIAS, Leaves: 1, Thresholds: []uint64{2000}})
+		f := tcpFrame(trusted, server, 7101, 80, nil) // 154 bytes
+		for range 3 {
+			classifyOn(t, a, objs, f)
+		}
+		for range 20 { // past 2000 bytes on b: demoted
+			classifyOn(t, b, objs, f)
+		}
+		if got := classifyOn(t, a, objs, f); got != class(1, 0) {
+			t.Errorf("CPU %d after the flow was demoted on CPU %d: class %x, want %x (never promoted)", a, b, got, class(1, 0))
+		}
+	})
+}
