@@ -26,8 +26,7 @@ volatile const __u64 thresh[PRIO_MAX_THRESH] = {}; /* bytes, ascending */
 volatile const __u64 change_interval_ns = 0; /* at most one band change per interval */
 volatile const __u64 idle_reset_ns = 0;	     /* pias: an idle gap ends a message */
 volatile const __u64 move_gap_ns = 0;	     /* a flow moves only after this silence */
-volatile const __u32 cache_mask = 0;	     /* flow cache slots per CPU - 1 (a power of two) */
-volatile const __u32 cache_on = 0;	     /* 0: every packet reads the flow table */
+volatile const __u32 cache_slots = 0; /* flow cache slots per CPU, a power of two (0: none) */
 
 /* key = struct prio_flow_key, value = struct prio_flow */
 struct {
@@ -55,7 +54,7 @@ struct {
 	__uint(max_entries, 1);
 } prio_next_leaf SEC(".maps");
 
-/* key = slot (a hash of the flow key, cache_mask + 1 slots), value = struct prio_flow_cached
+/* key = slot (a hash of the flow key, cache_slots of them), value = struct prio_flow_cached
  * per CPU: each CPU's direct-mapped flow cache. A flow's packets stay on a CPU (RSS, XPS, the
  * sender's own CPU), so its state is read and written there instead of in the shared table:
  * the table lookup (a jhash over the 40-byte key, a bucket and an element) was ~2/3 of the
@@ -278,7 +277,7 @@ static __always_inline __u32 cache_slot(const struct prio_flow_key *key)
 #pragma unroll
 	for (int i = 0; i < sizeof(w) / 8; i++)
 		h = (h + w[i]) * 0x9e3779b97f4a7c15ULL;
-	return (h >> 32) & cache_mask;
+	return (h >> 32) & (cache_slots - 1);
 }
 
 static __always_inline int same_key(const struct prio_flow_key *a, const struct prio_flow_key *b)
@@ -293,26 +292,29 @@ static __always_inline int same_key(const struct prio_flow_key *a, const struct 
 	return d == 0;
 }
 
-/* sync_slot adds what the slot's flow did on this CPU since its last sync to its state f. */
-static __always_inline void sync_slot(struct prio_flow_cached *c, struct prio_flow *f)
+/* flush_slot empties the slot, first adding what it did since its last sync to its flow's
+ * state: f if it holds key's flow, the table's entry otherwise. A copy of a flow the table let
+ * go is dropped with it, as the table dropped the flow's state. */
+static __always_inline void flush_slot(struct prio_flow_cached *c, const struct prio_flow_key *key,
+				       struct prio_flow *f)
 {
-	f->bytes += c->unsynced;
-	if (c->last_seen > f->last_seen)
-		f->last_seen = c->last_seen;
+	if (!c->packets)
+		return;
+	if (!same_key(&c->key, key))
+		f = c->unsynced ? bpf_map_lookup_elem(&prio_flows, &c->key) : NULL;
+	if (f) {
+		f->bytes += c->unsynced;
+		if (c->last_seen > f->last_seen)
+			f->last_seen = c->last_seen;
+	}
 	c->unsynced = 0;
 	c->packets = 0;
 }
 
-/* fill_slot makes the slot a copy of flow key's state f, first syncing the flow it held. */
+/* fill_slot makes the slot a copy of flow key's state f, made at generation gen. */
 static __always_inline void fill_slot(struct prio_flow_cached *c, __u32 gen,
 				      const struct prio_flow_key *key, struct prio_flow *f)
 {
-	if (c->packets && c->unsynced) {
-		struct prio_flow *old = bpf_map_lookup_elem(&prio_flows, &c->key);
-
-		if (old) /* not if the table let it go: then its state is gone */
-			sync_slot(c, old);
-	}
 	__builtin_memcpy(&c->key, key, sizeof(*key));
 	c->bytes = f->bytes;
 	c->last_seen = f->last_seen;
@@ -327,11 +329,13 @@ static __always_inline void fill_slot(struct prio_flow_cached *c, __u32 gen,
 	c->packets = 1;
 }
 
-/* moved makes every CPU's copy of the flows in a slot stale after one of them changed band. */
-static __always_inline void moved(__u32 *gen)
+/* moved makes every CPU's copy of the flows in a slot stale after one of them changed band or
+ * was made anew. *fill is the generation this CPU read before the table: its new copy may
+ * carry the next one only if no other CPU bumped it since, else it is stale at once. */
+static __always_inline void moved(__u32 *gen, __u32 *fill)
 {
-	if (gen)
-		__sync_fetch_and_add(gen, 1);
+	if (gen && __sync_fetch_and_add(gen, 1) == *fill)
+		(*fill)++;
 }
 
 /* fast_path classifies the packet from the CPU's copy of its flow and returns 1, or returns 0
@@ -390,7 +394,7 @@ int prio_classify(struct __sk_buff *skb)
 	struct prio_flow_cached *cf = NULL;
 	struct ethhdr *eth;
 	__u64 now = 0, gap = ~0ULL;
-	__u32 band, target, slot, *gen = NULL;
+	__u32 band, target, slot, *gen = NULL, fill_gen = 0;
 	int proto, frag = 0, informed, capped = 0;
 
 	fp_count(&prio_stats, PRIO_STAT_PACKETS);
@@ -468,18 +472,30 @@ int prio_classify(struct __sk_buff *skb)
 	else
 		fp_count(&prio_stats, PRIO_STAT_NO_OPTION);
 
-	if (cache_on) {
+	if (cache_slots) {
 		slot = cache_slot(&key);
 		cf = bpf_map_lookup_elem(&prio_cache, &slot);
 		gen = bpf_map_lookup_elem(&prio_gen, &slot);
-		if (cf && gen && fast_path(skb, cf, *gen, &key, &in, &now))
-			return TCX_NEXT;
+		if (!cf || !gen) {
+			cf = NULL;
+			gen = NULL;
+		} else {
+			fill_gen =
+			    *gen; /* before the table: a move after this read stales the copy */
+			if (fast_path(skb, cf, fill_gen, &key, &in, &now))
+				return TCX_NEXT;
+		}
 	}
 
 	/* Whether a flow's source is trusted is looked up once, when the flow is new: its source
 	 * address does not change, nor does prio_trust after loading. */
 	f = bpf_map_lookup_elem(&prio_flows, &key);
 	int src_trusted = f ? f->trusted : is_trusted(key.saddr);
+
+	/* What this CPU's copy did goes to the table before the table is used: the copy of this
+	 * packet's flow, or of the flow it gives the slot up to this one. */
+	if (cf)
+		flush_slot(cf, &key, f);
 	/* this packet's information counts */
 	int trusted = src_trusted && in.source != PRIO_SRC_NONE;
 
@@ -499,6 +515,9 @@ int prio_classify(struct __sk_buff *skb)
 			nf.band = 0;
 		else
 			nf.band = band_of(&in, nf.bytes, trusted, &capped);
+		if (capped)
+			fp_count(&prio_stats, PRIO_STAT_CAPPED);
+		capped = 0;
 		nf.classid = classid(nf.band, next_leaf());
 		if (bpf_map_update_elem(&prio_flows, &key, &nf, BPF_NOEXIST) != 0) {
 			/* another CPU made it a moment ago, or no room: classify this one packet */
@@ -506,17 +525,14 @@ int prio_classify(struct __sk_buff *skb)
 			if (!f)
 				return deflt(skb, PRIO_STAT_NO_STATE);
 		} else {
-			if (capped)
-				fp_count(&prio_stats, PRIO_STAT_CAPPED);
-			if (cf && gen)
-				fill_slot(cf, *gen, &key, &nf);
+			if (cf) {
+				moved(gen, &fill_gen); /* copies of an earlier flow of this key */
+				fill_slot(cf, fill_gen, &key, &nf);
+			}
 			skb->priority = nf.classid;
 			return TCX_NEXT;
 		}
 	}
-	/* This CPU's copy of the flow goes back to the table before the table is used. */
-	if (cf && cf->packets && same_key(&cf->key, &key))
-		sync_slot(cf, f);
 	/* PIAS tags each message at its sender; a router sees only the connection, so an idle gap
 	 * stands for a message boundary: a persistent connection starts its next message in band
 	 * 0 instead of staying demoted for life. */
@@ -524,7 +540,7 @@ int prio_classify(struct __sk_buff *skb)
 	    clock(&now) - f->last_seen > idle_reset_ns) {
 		f->bytes = 0;
 		if (f->band != 0)
-			moved(gen);
+			moved(gen, &fill_gen);
 		f->band = 0;
 		f->last_change = now;
 		f->classid = classid(0, f->classid & 0xff);
@@ -563,12 +579,12 @@ int prio_classify(struct __sk_buff *skb)
 			f->last_change = clock(&now);
 			f->changes++;
 			f->classid = classid(band, f->classid & 0xff);
-			moved(gen);
+			moved(gen, &fill_gen);
 			fp_count(&prio_stats, PRIO_STAT_BAND_CHANGE);
 		}
 	}
-	if (cf && gen)
-		fill_slot(cf, *gen, &key, f);
+	if (cf)
+		fill_slot(cf, fill_gen, &key, f);
 	skb->priority = f->classid;
 	return TCX_NEXT;
 }

@@ -177,3 +177,102 @@ func TestFlowCacheAcrossCPUs(t *testing.T) {
 		}
 	})
 }
+
+// TestFlowCacheSync: a flow's copy goes to the table at least every PRIO_CACHE_SYNC packets
+// (the table alone lags by fewer), and a copy whose flow the table let go does not bring the
+// old flow's bytes back into the new one.
+func TestFlowCacheSync(t *testing.T) {
+	t.Parallel()
+	objs := classifier(t, &RouterPolicy{Scheme: Backlog, Leaves: 1, Thresholds: []uint64{10e3, 100e3}})
+	frame := tcpFrame(trusted, server, 7200, 80, nil)
+	size := uint64(len(frame))
+	bytes := func(merged bool) uint64 {
+		t.Helper()
+		table, err := flowTable(objs.PrioFlows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if merged {
+			if err := mergeCache(objs.PrioCache, table); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(table) != 1 {
+			t.Fatalf("%d flows in the table, want 1", len(table))
+		}
+		for _, v := range table {
+			return v.Bytes
+		}
+		return 0
+	}
+	const lag = 15 // packets: a sync every 16th (docs/prio.md), not the header's constant
+	for n := uint64(1); n <= 40; n++ {
+		classify(t, objs, frame)
+		if got := bytes(false); got+lag*size < n*size || got > n*size {
+			t.Fatalf("after %d packets the table counts %d bytes, want %d less at most %d packets", n, got, n*size, lag)
+		}
+		if got := bytes(true); got != n*size {
+			t.Fatalf("after %d packets, with the cache merged: %d bytes, want %d", n, got, n*size)
+		}
+	}
+	var k classifierPrioFlowKey
+	var v classifierPrioFlow
+	if err := objs.PrioFlows.NextKey(nil, &k); err != nil {
+		t.Fatal(err)
+	}
+	if err := objs.PrioFlows.Delete(k); err != nil { // as the LRU lets a flow go
+		t.Fatal(err)
+	}
+	for range 20 {
+		classify(t, objs, frame)
+	}
+	if err := objs.PrioFlows.Lookup(k, &v); err != nil {
+		t.Fatalf("the flow was not made again: %v", err)
+	}
+	if got := bytes(true); got > 20*size || got < 5*size {
+		t.Errorf("the flow made again counts %d bytes, want at most the %d sent since (and the last 5 of them at least)", got, 20*size)
+	}
+}
+
+// TestFlowCacheClocks: the copies keep the clock readings the table path weighs. A pias flow
+// served from its copy still starts over after idling, and an occupancy flow that kept sending
+// from its copy is still mid-burst for move_gap.
+func TestFlowCacheClocks(t *testing.T) {
+	t.Parallel()
+	t.Run("pias idle reset", func(t *testing.T) {
+		t.Parallel()
+		objs := classifier(t, &RouterPolicy{Scheme: PIAS, Leaves: 1, Thresholds: []uint64{200}, IdleReset: time.Nanosecond})
+		f := tcpFrame(trusted, server, 7300, 80, nil) // 154 bytes: band 1 from the second packet
+		for i := range 3 {
+			if got := classify(t, objs, f); got != class(min(i, 1), 0) {
+				t.Fatalf("packet %d: class %x, want %x", i, got, class(min(i, 1), 0))
+			}
+		}
+		sleepPast(t, time.Nanosecond)
+		if got := classify(t, objs, f); got != class(0, 0) {
+			t.Errorf("after idling: class %x, want band 0 (%x)", got, class(0, 0))
+		}
+		if n := counter(t, objs, classifierPrioStatPRIO_STAT_IDLE_RESET); n != 1 {
+			t.Errorf("%d idle resets counted, want 1", n)
+		}
+	})
+	t.Run("move_gap", func(t *testing.T) {
+		t.Parallel()
+		const gap, every = time.Second, 150 * time.Millisecond
+		objs := classifier(t, &RouterPolicy{Scheme: Occupancy, Leaves: 1, MoveGap: gap})
+		f := func(occ uint8) []byte { return tcpFrame(trusted, server, 7301, 80, ours(occ, 1000)) }
+		start := time.Now()
+		for time.Since(start) < gap+2*every { // longer than move_gap, from the flow's copy
+			if got := classify(t, objs, f(95)); got != class(0, 0) {
+				t.Fatalf("class %x, want band 0 (%x)", got, class(0, 0))
+			}
+			time.Sleep(every)
+		}
+		if got := classify(t, objs, f(5)); got != class(0, 0) {
+			t.Errorf("moved to %x mid-burst: its last packet came %v ago, move_gap is %v", got, every, gap)
+		}
+		if n := counter(t, objs, classifierPrioStatPRIO_STAT_MOVE_WAIT); n != 1 {
+			t.Errorf("%d moves put off counted, want 1", n)
+		}
+	})
+}

@@ -166,8 +166,7 @@ func loadClassifierWith(p *RouterPolicy, slots uint32) (*classifierObjects, erro
 		"change_interval_ns": onCoarseClock(p.ChangeInterval, tick),
 		"idle_reset_ns":      onCoarseClock(p.IdleReset, tick),
 		"move_gap_ns":        onCoarseClock(p.MoveGap, tick),
-		"cache_mask":         max(slots, 1) - 1,
-		"cache_on":           uint32(min(slots, 1)),
+		"cache_slots":        slots,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)

@@ -165,12 +165,16 @@ func routerStatus(ns string, rec RouterRecord) (*RouterStatus, error) {
 		return nil, err
 	}
 	// A router attached by a flowplane without the flow cache pinned none.
-	if cache, err := ebpf.LoadPinnedMap(filepath.Join(dir, "cache"), nil); err == nil {
+	cache, err := ebpf.LoadPinnedMap(filepath.Join(dir, "cache"), nil)
+	switch {
+	case err == nil:
 		err = mergeCache(cache, table)
 		cache.Close()
 		if err != nil {
 			return nil, err
 		}
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("open flow cache: %w", err)
 	}
 	for k, v := range table {
 		fs := FlowStatus{Src: endpoint(k.Saddr, k.Sport), Dst: endpoint(k.Daddr, k.Dport), Proto: k.Proto,
