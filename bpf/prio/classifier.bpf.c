@@ -57,7 +57,7 @@ struct {
 /* key = slot (a hash of the flow key, cache_slots of them), value = struct prio_flow_cached
  * per CPU: each CPU's direct-mapped flow cache. A flow's packets stay on a CPU (RSS, XPS, the
  * sender's own CPU), so its state is read and written there instead of in the shared table:
- * the table lookup (a jhash over the 40-byte key, a bucket and an element) was ~2/3 of the
+ * the table lookup (a jhash over the 40-byte key, a bucket and an element) was most of the
  * classifier's time per packet in a live flow. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -66,8 +66,8 @@ struct {
 	__uint(max_entries, 1); /* set by the loader */
 } prio_cache SEC(".maps");
 
-/* key = slot, value = generation, bumped when a flow of that slot changes band on any CPU:
- * every CPU's copy made before is stale, so no CPU keeps a flow in its old class. */
+/* key = slot, value = generation, bumped when a flow of that slot changes band or is made on
+ * any CPU: every CPU's copy made before is stale, so no CPU keeps a flow in its old class. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
@@ -480,8 +480,8 @@ int prio_classify(struct __sk_buff *skb)
 			cf = NULL;
 			gen = NULL;
 		} else {
-			fill_gen =
-			    *gen; /* before the table: a move after this read stales the copy */
+			/* read before the table: a move after this read stales the copy */
+			fill_gen = *gen;
 			if (fast_path(skb, cf, fill_gen, &key, &in, &now))
 				return TCX_NEXT;
 		}
