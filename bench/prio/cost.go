@@ -34,15 +34,13 @@ func (b *bench) cost(ctx context.Context) error {
 	if err := b.classifierCost(); err != nil {
 		return err
 	}
-	// First as a host has it (TSO/GSO on: the writer and the classifier run once per
-	// super-packet of up to 64 KB), then with every MTU-sized packet paying in full.
 	return b.onOneCPU(func() error {
-		for _, on := range b.c.costOffload {
-			err := b.offload(ctx, 0, on)
+		for _, m := range b.c.costOffload {
+			err := b.offloadMode(ctx, m)
 			if err == nil {
-				err = b.throughputCost(ctx, on)
+				err = b.throughputCost(ctx, m)
 			}
-			if oerr := b.offload(ctx, 0, false); err == nil {
+			if oerr := b.offloadMode(ctx, offloadOff); err == nil {
 				err = oerr
 			}
 			if err != nil {
@@ -51,6 +49,39 @@ func (b *bench) cost(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// The offload modes of the throughput rounds: how big the packets the writer and the
+// classifier see are.
+const (
+	// offloadOn: the sender's TSO/GSO on, as a host has them: the writer and the classifier
+	// run once per super-packet of up to 64 KB.
+	offloadOn = "on"
+	// offloadOff: the sender's TSO/GSO off (as for the other experiments: the bottleneck
+	// must see MTU-sized packets), so every MTU-sized packet pays the classifier in full.
+	offloadOff = "off"
+	// offloadGRO: MTU-sized packets on the wire, as offloadOff, and GRO on r1's ingress, as
+	// a NIC has it by default: the classifier sees what a Linux router's egress sees, the
+	// writer every segment.
+	offloadGRO = "gro"
+)
+
+var offloadTitle = map[string]string{
+	offloadOn:  "the sender's TSO/GSO on, as a host has them",
+	offloadOff: "the sender's TSO/GSO off (as for the other experiments: the bottleneck must see MTU-sized packets), so one flow is CPU-bound at a few Gbit/s and every packet pays in full",
+	offloadGRO: "the sender's TSO/GSO off and GRO on r1's ingress, as a NIC has it by default: MTU-sized packets on the wire, aggregates at r1's egress",
+}
+
+// offloadMode sets the sender's TSO/GSO and r1's ingress GRO for mode m.
+func (b *bench) offloadMode(ctx context.Context, m string) error {
+	if err := b.offload(ctx, 0, m == offloadOn); err != nil {
+		return err
+	}
+	gro := map[bool]string{true: "on", false: "off"}[m == offloadGRO]
+	if out, err := b.cmd(ctx, "r1", "ethtool", "-K", b.r1In, "gro", gro); err != nil {
+		return fmt.Errorf("ethtool on r1: %v: %s", err, out)
+	}
+	return nil
 }
 
 // onOneCPU runs fn with iperf3 on one CPU, the machine's last: then one flow's whole path
@@ -133,7 +164,7 @@ func (b *bench) classifierCost() error {
 // the host writer and the router's parts alone and together: the classifier on the bare link
 // (the unshaped link: what the writer and the classifier cost by themselves) and over
 // HTB trees (fifo: one class, the classifier returns at once; backlog: it reads every packet).
-func (b *bench) throughputCost(ctx context.Context, offload bool) error {
+func (b *bench) throughputCost(ctx context.Context, mode string) error {
 	const unshaped = 100e9
 	rounds := b.c.costRounds
 	dst := netip.MustParseAddrPort(splitFirst(b.dsts)).Addr().String()
@@ -189,7 +220,7 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	title := map[bool]string{true: "TSO/GSO on", false: "TSO/GSO off"}[offload]
+	title := map[string]string{offloadOn: "TSO/GSO on", offloadOff: "TSO/GSO off", offloadGRO: "TSO/GSO off, GRO on r1"}[mode]
 	t := &report.Table{
 		Title:   "Cost: one TCP flow through an unshaped r1, " + title + " (median of interleaved rounds)",
 		Columns: []string{"arm", "Gbit/s", "ratio to plain", "ratio to its baseline, per round: median (min–max)", "mean (95 % interval)", "CPU s / Gbit", "Gbit per CPU s, ratio to plain", "segments resent / s"},
@@ -215,14 +246,11 @@ func (b *bench) throughputCost(ctx context.Context, offload bool) error {
 		t.Add(a.name, m/1e9, m/base, fmt.Sprintf("%.3f (%.3f–%.3f)", report.Median(paired), slices.Min(paired), slices.Max(paired)),
 			interval, c, baseCPU/c, percentile(resent[a.name], 50))
 	}
-	note := "the sender's TSO/GSO off (as for the other experiments: the bottleneck must see MTU-sized packets), so one flow is CPU-bound at a few Gbit/s and the per-packet cost shows in full"
-	if offload {
-		note = "the sender's TSO/GSO on, as a host has them"
-	}
+	note := offloadTitle[mode]
 	cc, _ := b.cmd(ctx, "s1", "sysctl", "-n", "net.ipv4.tcp_congestion_control")
 	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of iperf3 (congestion control: %s, the system's default), each round starting one arm later, %v after %v of warm-up, the sender, r1, r2 and the receiver on one CPU; %s. Ratio to its baseline: each round's goodput over the same round's HTB (fifo) for the arms over HTB, over plain forwarding for the others: median (min–max), and mean with its 95 %% interval. CPU: the whole machine's busy time (/proc/stat) in the window per gigabit moved.", rounds, strings.TrimSpace(string(cc)), costWindow, costWarmUp, note))
 	b.table(t)
-	key := map[bool]string{true: "tso_on", false: "tso_off"}[offload]
+	key := map[string]string{offloadOn: "tso_on", offloadOff: "tso_off", offloadGRO: "gro_r1"}[mode]
 	b.res.Data["throughput_bps_"+key] = got
 	b.res.Data["cpu_s_per_gbit_"+key] = cpuPerGbit
 	b.res.Data["resent_per_s_"+key] = resent

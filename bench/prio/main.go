@@ -72,7 +72,7 @@ type config struct {
 	runs        int
 	costRounds  int
 	costArms    []costArm
-	costOffload []bool // TSO/GSO on, off, in this order
+	costOffload []string // offload modes of the throughput rounds, in this order
 	workloads   []string
 	loads       []float64
 	dur         time.Duration
@@ -103,7 +103,7 @@ func main() {
 	flag.IntVar(&c.runs, "runs", 1, "fair: rounds, the schemes taking turns in each; cells are medians, with Jain's range")
 	flag.IntVar(&c.costRounds, "cost-rounds", 18, "cost: interleaved rounds of every arm (a multiple of the number of arms: each takes every place in a round equally often)")
 	costArmKeys := flag.String("cost-arms", "plain,pfifo_fast,tcx-empty,writer,classifier,writer+classifier,htb,htb+classifier,writer+htb+classifier", "cost: arms measured (plain first, the baseline)")
-	costOffload := flag.String("cost-offload", "on,off", "cost: the sender's TSO/GSO in the throughput rounds")
+	costOffload := flag.String("cost-offload", "on,off", "cost: offload modes of the throughput rounds: on (the sender's TSO/GSO), off (MTU-sized packets end to end), gro (MTU-sized on the wire, GRO on r1's ingress)")
 	flag.DurationVar(&c.dur, "d", 60*time.Second, "fair: measured window per run")
 	flag.DurationVar(&c.fctDur, "fct-d", 100*time.Second, "fct: arrival period per run (100 s: a few hundred small flows per run, so a p99 is not one flow)")
 	rate := flag.String("rate", "100mbit", "bottleneck rate")
@@ -130,15 +130,14 @@ func main() {
 		os.Exit(2)
 	}
 	for _, s := range split(*costOffload) {
-		on := s == "on"
-		if (s != "on" && s != "off") || slices.Contains(c.costOffload, on) {
-			fmt.Fprintf(os.Stderr, "-cost-offload: %q: give on, off or on,off\n", *costOffload)
+		if (s != offloadOn && s != offloadOff && s != offloadGRO) || slices.Contains(c.costOffload, s) {
+			fmt.Fprintf(os.Stderr, "-cost-offload: %q: give one or more of on, gro, off, each once\n", *costOffload)
 			os.Exit(2)
 		}
-		c.costOffload = append(c.costOffload, on)
+		c.costOffload = append(c.costOffload, s)
 	}
 	if len(c.costOffload) == 0 {
-		fmt.Fprintln(os.Stderr, "-cost-offload: give on, off or on,off")
+		fmt.Fprintln(os.Stderr, "-cost-offload: give one or more of on, gro, off")
 		os.Exit(2)
 	}
 	for _, s := range split(*flows) {
@@ -180,6 +179,7 @@ type bench struct {
 	cg        string
 	host      string
 	bneck     string   // r1's device towards r2
+	r1In      string   // r1's device towards the first sender
 	senders   []string // s1, s2
 	senderDev []string // their interfaces
 	dsts      string   // receivers' sink addresses, comma-separated
@@ -226,8 +226,11 @@ func run(ctx context.Context, c config) error {
 	}
 	b.dsts = strings.Join(dsts, ",")
 	for _, ifc := range top.Node("r1").Ifaces {
-		if ifc.Peer().Node.Name == "r2" {
+		switch ifc.Peer().Node.Name {
+		case "r2":
 			b.bneck = b.l.IfName(ifc)
+		case b.senders[0]:
+			b.r1In = b.l.IfName(ifc)
 		}
 	}
 	// Senders hand MTU-sized segments to the bottleneck, as the original's hosts did: with TSO
