@@ -61,8 +61,9 @@ const (
 	// must see MTU-sized packets), so every MTU-sized packet pays the classifier in full.
 	offloadOff = "off"
 	// offloadGRO: MTU-sized packets on the wire, as offloadOff, and GRO on r1's ingress, as
-	// a NIC has it by default: the classifier sees what a Linux router's egress sees, the
-	// writer every segment.
+	// a NIC has it by default: the classifier sees what a Linux router's egress sees. (The
+	// writer runs once per send in every mode: Linux TCP always builds GSO packets, which
+	// the device layer cuts when the device has TSO/GSO off.)
 	offloadGRO = "gro"
 )
 
