@@ -344,7 +344,7 @@ static __always_inline int fast_path(struct __sk_buff *skb, struct prio_flow_cac
 				     const struct prio_flow_key *key, struct info *in, __u64 *now)
 {
 	int trusted = c->trusted && in->source != PRIO_SRC_NONE, capped = 0;
-	__u64 bytes = c->bytes + skb->len;
+	__u64 bytes = c->bytes + c->unsynced + skb->len;
 
 	if (!c->packets || c->packets >= PRIO_CACHE_SYNC || c->gen != gen ||
 	    !same_key(&c->key, key))
@@ -361,7 +361,6 @@ static __always_inline int fast_path(struct __sk_buff *skb, struct prio_flow_cac
 	if (target_band(in, c->band, c->source != PRIO_SRC_NONE, bytes, trusted, &capped) !=
 	    c->band)
 		return 0;
-	c->bytes = bytes;
 	c->unsynced += skb->len;
 	c->packets++;
 	if (move_gap_ns || (scheme == PRIO_SCHEME_PIAS && idle_reset_ns))
