@@ -37,8 +37,11 @@ func (b *bench) cost(ctx context.Context) error {
 	return b.onOneCPU(func() error {
 		for _, m := range b.c.costOffload {
 			err := b.offloadMode(ctx, m)
-			if err == nil {
+			if err == nil && b.c.costRounds > 0 {
 				err = b.throughputCost(ctx, m)
+			}
+			if err == nil && b.c.flowCycles > 0 {
+				err = b.throughputWithinFlow(ctx, m)
 			}
 			if oerr := b.offloadMode(ctx, offloadOff); err == nil {
 				err = oerr
@@ -182,7 +185,7 @@ func (b *bench) throughputCost(ctx context.Context, mode string) error {
 			measure := func() error {
 				busy := make(chan float64, 1)
 				go func() { busy <- cpuBusyDuring(time.Now().Add(costWarmUp), costWindow) }()
-				bps, retransmits, err := b.iperf3(ctx, dst, a.writer)
+				bps, retransmits, err := b.iperf3(ctx, dst, a.writer, a.room)
 				if err != nil {
 					return err
 				}
@@ -224,7 +227,7 @@ func (b *bench) throughputCost(ctx context.Context, mode string) error {
 	title := map[string]string{offloadOn: "TSO/GSO on", offloadOff: "TSO/GSO off", offloadGRO: "TSO/GSO off, GRO on r1"}[mode]
 	t := &report.Table{
 		Title:   "Cost: one TCP flow through an unshaped r1, " + title + " (median of interleaved rounds)",
-		Columns: []string{"arm", "Gbit/s", "ratio to plain", "ratio to its baseline, per round: median (min–max)", "mean (95 % interval)", "CPU s / Gbit", "Gbit per CPU s, ratio to plain", "segments resent / s"},
+		Columns: []string{"arm", "Gbit/s", "ratio to plain", "ratio to its baseline, per round: median (min–max)", "geometric mean (95 % interval)", "CPU s / Gbit", "Gbit per CPU s, ratio to plain", "segments resent / s"},
 	}
 	base, baseCPU := percentile(got[arms[0].name], 50), percentile(cpuPerGbit[arms[0].name], 50)
 	for _, a := range arms {
@@ -239,17 +242,12 @@ func (b *bench) throughputCost(ctx context.Context, mode string) error {
 		for i, v := range got[a.name] {
 			paired = append(paired, v/got[baseline][i])
 		}
-		mean, half := meanInterval(paired)
-		interval := fmt.Sprintf("%.3f (%.3f–%.3f)", mean, mean-half, mean+half)
-		if math.IsNaN(half) {
-			interval = fmt.Sprintf("%.3f (one round: —)", mean)
-		}
 		t.Add(a.name, m/1e9, m/base, fmt.Sprintf("%.3f (%.3f–%.3f)", report.Median(paired), slices.Min(paired), slices.Max(paired)),
-			interval, c, baseCPU/c, percentile(resent[a.name], 50))
+			ratioInterval(paired), c, baseCPU/c, percentile(resent[a.name], 50))
 	}
 	note := offloadTitle[mode]
 	cc, _ := b.cmd(ctx, "s1", "sysctl", "-n", "net.ipv4.tcp_congestion_control")
-	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of iperf3 (congestion control: %s, the system's default), each round starting one arm later, %v after %v of warm-up, the sender, r1, r2 and the receiver on one CPU; %s. Ratio to its baseline: each round's goodput over the same round's HTB (fifo) for the arms over HTB, over plain forwarding for the others: median (min–max), and mean with its 95 %% interval. CPU: the whole machine's busy time (/proc/stat) in the window per gigabit moved.", rounds, strings.TrimSpace(string(cc)), costWindow, costWarmUp, note))
+	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of iperf3 (congestion control: %s, the system's default), each round starting one arm later, %v after %v of warm-up, the sender, r1, r2 and the receiver on one CPU; %s. Ratio to its baseline: each round's goodput over the same round's HTB (fifo) for the arms over HTB, over plain forwarding for the others: median (min–max), and geometric mean with its 95 %% interval. CPU: the whole machine's busy time (/proc/stat) in the window per gigabit moved.", rounds, strings.TrimSpace(string(cc)), costWindow, costWarmUp, note))
 	b.table(t)
 	key := map[string]string{offloadOn: "tso_on", offloadOff: "tso_off", offloadGRO: "gro_r1"}[mode]
 	b.res.Data["throughput_bps_"+key] = got
@@ -258,14 +256,18 @@ func (b *bench) throughputCost(ctx context.Context, mode string) error {
 	return nil
 }
 
+// roomMSS is the MSS (TCP_MAXSEG: without options) that leaves a segment as much payload as
+// the writer does: the lab's 1500-byte MTU less IPv4 and TCP headers, less the option's 8 bytes.
+const roomMSS = 1500 - 20 - 20 - prio.OptLen
+
 // The cost experiment's flows: iperf3's goodput over the window after the warm-up.
 const costWarmUp, costWindow = time.Second, 4 * time.Second
 
 // iperf3 runs one iperf3 flow s1 → dst (d1), the client in the host writer's cgroup if
-// advertise, and returns its goodput in bit/s and its retransmitted segments over costWindow
+// advertise, with the MSS the writer leaves (roomMSS) if room, and returns its goodput in bit/s and its retransmitted segments over costWindow
 // after costWarmUp. iperf3, one thread each side, is what users measure a link with; it keeps
 // the Go runtime's threads out of a one-CPU measurement.
-func (b *bench) iperf3(ctx context.Context, dst string, advertise bool) (bps, retransmits float64, err error) {
+func (b *bench) iperf3(ctx context.Context, dst string, advertise, room bool) (bps, retransmits float64, err error) {
 	srv, err := b.command(ctx, "d1", "iperf3", "-s", "-1")
 	if err != nil {
 		return 0, 0, err
@@ -277,7 +279,11 @@ func (b *bench) iperf3(ctx context.Context, dst string, advertise bool) (bps, re
 	var out []byte
 	for try := 0; ; try++ { // until the server listens
 		time.Sleep(100 * time.Millisecond)
-		cmd, err := b.command(ctx, "s1", "iperf3", "-c", dst, "-J", "-O", strconv.Itoa(int(costWarmUp.Seconds())), "-t", strconv.Itoa(int(costWindow.Seconds())))
+		args := []string{"-c", dst, "-J", "-O", strconv.Itoa(int(costWarmUp.Seconds())), "-t", strconv.Itoa(int(costWindow.Seconds()))}
+		if room {
+			args = append(args, "-M", strconv.Itoa(roomMSS))
+		}
+		cmd, err := b.command(ctx, "s1", "iperf3", args...)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -312,6 +318,21 @@ func (b *bench) iperf3(ctx context.Context, dst string, advertise bool) (bps, re
 		return 0, 0, fmt.Errorf("iperf3 output %q: %v", out, err)
 	}
 	return r.End.SumReceived.BitsPerSecond, r.End.SumSent.Retransmits, nil
+}
+
+// ratioInterval is the geometric mean of paired ratios with its 95 % interval: a ratio's
+// noise is multiplicative, and the arithmetic mean of ratios to a noisy baseline leans above
+// the true ratio (by about the square of the baseline's relative spread).
+func ratioInterval(ratios []float64) string {
+	logs := make([]float64, len(ratios))
+	for i, r := range ratios {
+		logs[i] = math.Log(r)
+	}
+	mean, half := meanInterval(logs)
+	if math.IsNaN(half) {
+		return fmt.Sprintf("%.3f (one round: —)", math.Exp(mean))
+	}
+	return fmt.Sprintf("%.3f (%.3f–%.3f)", math.Exp(mean), math.Exp(mean-half), math.Exp(mean+half))
 }
 
 // meanInterval is the mean of xs and the half-width of its 95 % confidence interval
@@ -427,6 +448,7 @@ type costArm struct {
 	key    string // -cost-arms
 	name   string
 	writer bool   // the generator runs in the host writer's cgroup
+	room   bool   // iperf3 asks for an MSS smaller by the option's length (no program)
 	scheme string // the router's scheme; "" for none, "bare" for the classifier alone ("bare-nocache": without its flow cache), "empty" for an empty tcx program, or pfifo_fast
 }
 
@@ -437,16 +459,17 @@ const htbArm = "HTB (fifo)"
 // interface (a NIC comes with pfifo_fast or another qdisc), so pfifo_fast is measured too; an
 // empty program on the same tcx hook is the floor of any classifier there.
 var allCostArms = []costArm{
-	{"plain", "plain forwarding (veth: noqueue)", false, ""},
-	{"pfifo_fast", "pfifo_fast (a NIC's default)", false, "pfifo_fast"},
-	{"tcx-empty", "tcx egress, an empty program", false, "empty"},
-	{"writer", "host writer", true, ""},
-	{"classifier", "classifier (backlog), no qdisc", false, "bare"},
-	{"classifier-nocache", "classifier (backlog) without the flow cache, no qdisc", false, "bare-nocache"},
-	{"writer+classifier", "host writer + classifier (backlog), no qdisc", true, "bare"},
-	{"htb", htbArm, false, "fifo"},
-	{"htb+classifier", "classifier (backlog) + HTB", false, "backlog"},
-	{"writer+htb+classifier", "host writer + classifier (backlog) + HTB", true, "backlog"},
+	{"plain", "plain forwarding (veth: noqueue)", false, false, ""},
+	{"pfifo_fast", "pfifo_fast (a NIC's default)", false, false, "pfifo_fast"},
+	{"room", "plain forwarding, MSS 8 bytes smaller (the option's room, no program)", false, true, ""},
+	{"tcx-empty", "tcx egress, an empty program", false, false, "empty"},
+	{"writer", "host writer", true, false, ""},
+	{"classifier", "classifier (backlog; packets without the option), no qdisc", false, false, "bare"},
+	{"classifier-nocache", "classifier (backlog; packets without the option) without the flow cache, no qdisc", false, false, "bare-nocache"},
+	{"writer+classifier", "host writer + classifier (backlog), no qdisc", true, false, "bare"},
+	{"htb", htbArm, false, false, "fifo"},
+	{"htb+classifier", "classifier (backlog) + HTB", false, false, "backlog"},
+	{"writer+htb+classifier", "host writer + classifier (backlog) + HTB", true, false, "backlog"},
 }
 
 // costArms picks the arms of -cost-arms, in allCostArms' order.

@@ -71,6 +71,7 @@ type config struct {
 	flows       []int
 	runs        int
 	costRounds  int
+	flowCycles  int
 	costArms    []costArm
 	costOffload []string // offload modes of the throughput rounds, in this order
 	workloads   []string
@@ -102,7 +103,8 @@ func main() {
 	loads := flag.String("loads", "0.5,0.8", "fct: offered loads")
 	flag.IntVar(&c.runs, "runs", 1, "fair: rounds, the schemes taking turns in each; cells are medians, with Jain's range")
 	flag.IntVar(&c.costRounds, "cost-rounds", 18, "cost: interleaved rounds of every arm (a multiple of the number of arms: each takes every place in a round equally often)")
-	costArmKeys := flag.String("cost-arms", "plain,pfifo_fast,tcx-empty,writer,classifier,writer+classifier,htb,htb+classifier,writer+htb+classifier", "cost: arms measured (plain first, the baseline)")
+	flag.IntVar(&c.flowCycles, "flow-cycles", 30, "cost: cycles of the within-flow measurement (every state a period each, in one iperf3 flow; 0: none)")
+	costArmKeys := flag.String("cost-arms", "plain,room,tcx-empty,writer,classifier,writer+classifier,htb,htb+classifier,writer+htb+classifier", "cost: arms measured (plain first, the baseline)")
 	costOffload := flag.String("cost-offload", "on,off", "cost: offload modes of the throughput rounds: on (the sender's TSO/GSO), off (MTU-sized packets end to end), gro (MTU-sized on the wire, GRO on r1's ingress)")
 	flag.DurationVar(&c.dur, "d", 60*time.Second, "fair: measured window per run")
 	flag.DurationVar(&c.fctDur, "fct-d", 100*time.Second, "fct: arrival period per run (100 s: a few hundred small flows per run, so a p99 is not one flow)")
@@ -113,9 +115,13 @@ func main() {
 	flag.IntVar(&c.bg, "bg", 2, "fct: long-lived background flows per sender")
 	flag.Float64Var(&c.capBytes, "cap", 30e6, "fct: largest flow size, bytes")
 	flag.Parse()
-	for name, n := range map[string]int{"-runs": c.runs, "-cost-rounds": c.costRounds} {
-		if n < 1 {
-			fmt.Fprintf(os.Stderr, "%s: %d is not a number of rounds (give 1 or more)\n", name, n)
+	if c.runs < 1 {
+		fmt.Fprintf(os.Stderr, "-runs: %d is not a number of rounds (give 1 or more)\n", c.runs)
+		os.Exit(2)
+	}
+	for name, n := range map[string]int{"-cost-rounds": c.costRounds, "-flow-cycles": c.flowCycles} {
+		if n < 0 {
+			fmt.Fprintf(os.Stderr, "%s: %d is not a number of rounds (give 0 or more; 0: none)\n", name, n)
 			os.Exit(2)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -130,11 +131,22 @@ func printStatus(w io.Writer, st *Status) {
 			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%s\t%d\t%d\n", f.Src, f.Dst, f.Proto, f.Class, f.Backlog, occ, f.Bytes, f.BandChanges)
 		}
 		tw.Flush()
-		fmt.Fprintf(w, "  counters: %v\n", r.Counters)
+		fmt.Fprintf(w, "  counters: %s\n", counterLine(r.Counters, routerCounterNames))
 	}
 	for _, h := range st.Hosts {
-		fmt.Fprintf(w, "host %s on %s (%s, refresh %v): %v\n", h.Name, h.Cgroup, h.File, h.Refresh, h.Counters)
+		fmt.Fprintf(w, "host %s on %s (%s, refresh %v)\n  counters: %s\n", h.Name, h.Cgroup, h.File, h.Refresh, counterLine(h.Counters, hostCounterNames))
 	}
+}
+
+// counterLine is "name value" pairs in the programs' order, as tc -s prints its statistics.
+func counterLine(c map[string]uint64, names []string) string {
+	var parts []string
+	for _, n := range names {
+		if v, ok := c[n]; ok {
+			parts = append(parts, fmt.Sprintf("%s %d", n, v))
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 func removeCmd() *cobra.Command {

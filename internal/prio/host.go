@@ -3,6 +3,7 @@ package prio
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -76,36 +77,11 @@ func mapped(p netip.Prefix) ([16]uint8, uint8) {
 // Host attaches the option writer to a cgroup v2 (beside any other sock_ops program, tune's
 // included) and pins it under name. A second Host with the same name replaces the first.
 func Host(name, cgroupPath string, p *HostPolicy) (err error) {
-	sels, err := selectors(p)
+	objs, err := loadHostFor(p)
 	if err != nil {
 		return err
 	}
-	if p.Refresh < 0 {
-		return fmt.Errorf("refresh %v: give a duration of 0 or more", p.Refresh)
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return fmt.Errorf("remove memlock limit: %w", err)
-	}
-	spec, err := loadHost()
-	if err != nil {
-		return fmt.Errorf("load host program spec: %w", err)
-	}
-	if err := spec.Variables["nselectors"].Set(uint32(len(sels))); err != nil {
-		return fmt.Errorf("set nselectors: %w", err)
-	}
-	if err := spec.Variables["refresh_ns"].Set(uint64(p.Refresh.Nanoseconds())); err != nil {
-		return fmt.Errorf("set refresh_ns: %w", err)
-	}
-	var objs hostObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		return fmt.Errorf("load host program: %w", err)
-	}
 	defer objs.Close()
-	for i, s := range sels {
-		if err := objs.PrioSelectors.Update(uint32(i), s, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("fill selectors: %w", err)
-		}
-	}
 	_ = RemoveHost(name) // a re-apply replaces the old attachment
 	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupPath, Attach: ebpf.AttachCGroupSockOps, Program: objs.PrioHost})
 	if err != nil {
@@ -128,6 +104,51 @@ func Host(name, cgroupPath string, p *HostPolicy) (err error) {
 		return fmt.Errorf("pin host counters: %w", err)
 	}
 	return runstate.Save(subsystem, "host-"+name, &HostRecord{Name: name, Cgroup: cgroupPath, File: p.File, Refresh: p.Refresh})
+}
+
+// HostProgram loads the option writer for p without attaching it, for benchmarks; close the
+// closer when done.
+func HostProgram(p *HostPolicy) (*ebpf.Program, io.Closer, error) {
+	objs, err := loadHostFor(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return objs.PrioHost, objs, nil
+}
+
+// loadHostFor loads the option writer with p's selectors and refresh interval.
+func loadHostFor(p *HostPolicy) (*hostObjects, error) {
+	sels, err := selectors(p)
+	if err != nil {
+		return nil, err
+	}
+	if p.Refresh < 0 {
+		return nil, fmt.Errorf("refresh %v: give a duration of 0 or more", p.Refresh)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	spec, err := loadHost()
+	if err != nil {
+		return nil, fmt.Errorf("load host program spec: %w", err)
+	}
+	if err := spec.Variables["nselectors"].Set(uint32(len(sels))); err != nil {
+		return nil, fmt.Errorf("set nselectors: %w", err)
+	}
+	if err := spec.Variables["refresh_ns"].Set(uint64(p.Refresh.Nanoseconds())); err != nil {
+		return nil, fmt.Errorf("set refresh_ns: %w", err)
+	}
+	var objs hostObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return nil, fmt.Errorf("load host program: %w", err)
+	}
+	for i, s := range sels {
+		if err := objs.PrioSelectors.Update(uint32(i), s, ebpf.UpdateAny); err != nil {
+			objs.Close()
+			return nil, fmt.Errorf("fill selectors: %w", err)
+		}
+	}
+	return &objs, nil
 }
 
 // RemoveHost detaches and unpins a host attachment; os.ErrNotExist if there is none.

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/flowplane/flowplane/bench/report"
+	"github.com/flowplane/flowplane/internal/cgroup"
+	"github.com/flowplane/flowplane/internal/match"
+	"github.com/flowplane/flowplane/internal/nsrun"
+	"github.com/flowplane/flowplane/internal/prio"
+)
+
+// The within-flow measurement: one long iperf3 flow passes through every state in turn, a
+// period each, and a state's goodput is compared with plain forwarding's in the same cycle of
+// periods. Rounds of separate flows (throughputCost) carry each connection's own luck (buffer
+// autotuning, where its pages and timers fall) and the machine's drift between rounds; within
+// one flow, a few seconds apart, both cancel.
+const (
+	flowPeriod = time.Second            // how long a state holds
+	flowSettle = 200 * time.Millisecond // the start of a period that is not counted
+)
+
+// flowState is what the writer and r1's tcx egress hook hold for a period.
+type flowState struct {
+	name   string
+	writer bool
+	tcx    string // "", "empty" or "classifier"
+}
+
+var flowStates = []flowState{
+	{"plain forwarding (veth: noqueue)", false, ""},
+	{"tcx egress, an empty program", false, "empty"},
+	{"host writer", true, ""},
+	{"classifier (backlog; packets without the option), no qdisc", false, "classifier"},
+	{"host writer + classifier (backlog), no qdisc", true, "classifier"},
+}
+
+// throughputWithinFlow measures flowStates within one iperf3 flow s1 → d1 in offload mode
+// mode: b.c.flowCycles cycles, each starting one state later than the one before.
+//
+// The writer is switched by attaching and detaching it on a cgroup of its own that iperf3's
+// client joined with the writer attached: the connection keeps the header-option callbacks it
+// turned on when it was established, and with no program on the cgroup the kernel's callback
+// returns without reserving room (the off periods pay that call, once per 64-KB send).
+func (b *bench) throughputWithinFlow(ctx context.Context, mode string) error {
+	objs, err := b.flowPrograms()
+	if err != nil {
+		return err
+	}
+	defer objs.close()
+	cg := b.cg + "w"
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		return fmt.Errorf("cgroup of the switched writer: %w", err)
+	}
+	defer func() { _ = cgroup.Remove(cg) }()
+	sw := &flowSwitch{b: b, cg: cg, objs: objs}
+	defer sw.set(flowStates[0]) //nolint:errcheck // best effort: leave nothing attached
+	if err := sw.set(flowState{writer: true}); err != nil {
+		return err
+	}
+
+	cycles := b.c.flowCycles
+	// iperf3 outlives the periods (attaching takes time too); it is stopped at the end
+	total := time.Duration(cycles*len(flowStates))*flowPeriod*2 + 10*time.Second
+	srv, err := b.command(ctx, "d1", "iperf3", "-s", "-1")
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		return fmt.Errorf("iperf3 server on d1: %w", err)
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	time.Sleep(300 * time.Millisecond)
+	dst := netip.MustParseAddrPort(splitFirst(b.dsts)).Addr().String()
+	cli, err := b.command(ctx, "s1", "iperf3", "-c", dst, "-t", strconv.Itoa(int(total.Seconds())+1))
+	if err != nil {
+		return err
+	}
+	fd, err := cgroup.Into(cli.Cmd, cg)
+	if err != nil {
+		return err
+	}
+	err = cli.Start()
+	fd.Close()
+	if err != nil {
+		return fmt.Errorf("iperf3 client on s1: %w", err)
+	}
+	defer func() { _ = cli.Process.Kill(); _ = cli.Wait() }()
+	time.Sleep(2 * time.Second) // connected, past slow start
+
+	got := map[string][]float64{}
+	for cycle := range cycles {
+		for i := range flowStates {
+			st := flowStates[(cycle+i)%len(flowStates)]
+			if err := sw.set(st); err != nil {
+				return err
+			}
+			time.Sleep(flowSettle)
+			bps, err := b.receivedDuring(flowPeriod - flowSettle)
+			if err != nil {
+				return err
+			}
+			got[st.name] = append(got[st.name], bps)
+		}
+		slog.Info("throughput within one flow", "cycle", cycle+1, "of", cycles)
+	}
+	b.flowTable(mode, got)
+	return nil
+}
+
+// flowTable reports each state's goodput against plain forwarding's in the same cycle.
+func (b *bench) flowTable(mode string, got map[string][]float64) {
+	title := map[string]string{offloadOn: "TSO/GSO on", offloadOff: "TSO/GSO off", offloadGRO: "TSO/GSO off, GRO on r1"}[mode]
+	t := &report.Table{
+		Title:   "Cost within one flow: one iperf3 flow through an unshaped r1, " + title,
+		Columns: []string{"state", "Gbit/s (median)", "ratio to plain, per cycle: geometric mean (95 % interval)", "median (min–max)"},
+	}
+	plain := got[flowStates[0].name]
+	for _, st := range flowStates {
+		var paired []float64
+		for i, v := range got[st.name] {
+			paired = append(paired, v/plain[i])
+		}
+		t.Add(st.name, percentile(got[st.name], 50)/1e9, ratioInterval(paired),
+			fmt.Sprintf("%.3f (%.3f–%.3f)", report.Median(paired), slices.Min(paired), slices.Max(paired)))
+	}
+	t.Notes = append(t.Notes, fmt.Sprintf("One iperf3 flow (one CPU, as above; %s) held each state for %v, of which the last %v counted (goodput: bytes the receiving socket took), in %d cycles of all states, each cycle starting one state later. The writer is detached and attached on a cgroup of its own (the connection keeps its callbacks; off, the kernel's callback finds no program), the programs on r1's tcx egress likewise.", offloadTitle[mode], flowPeriod, flowPeriod-flowSettle, len(got[flowStates[0].name])))
+	b.table(t)
+	key := map[string]string{offloadOn: "tso_on", offloadOff: "tso_off", offloadGRO: "gro_r1"}[mode]
+	b.res.Data["within_flow_bps_"+key] = got
+}
+
+// flowObjects are the programs the within-flow states switch.
+type flowObjects struct {
+	writer, classifier, empty *ebpf.Program
+	closers                   []interface{ Close() error }
+}
+
+func (o *flowObjects) close() {
+	for _, c := range o.closers {
+		c.Close()
+	}
+}
+
+// flowPrograms loads the writer (every connection advertises, the bench's refresh), backlog's
+// classifier with its flow cache, and an empty tc program.
+func (b *bench) flowPrograms() (*flowObjects, error) {
+	o := &flowObjects{}
+	w, wc, err := prio.HostProgram(&prio.HostPolicy{File: "bench", Advertise: []match.Match{match.Any()}, Refresh: prio.DefaultRefresh})
+	if err != nil {
+		return nil, err
+	}
+	o.writer, o.closers = w, append(o.closers, wc)
+	p, err := b.policy("backlog", nil)
+	if err == nil {
+		var cc interface{ Close() error }
+		o.classifier, cc, err = prio.ClassifierProgram(p, true)
+		if err == nil {
+			o.closers = append(o.closers, cc)
+			o.empty, err = emptyTC()
+			if err == nil {
+				o.closers = append(o.closers, o.empty)
+			}
+		}
+	}
+	if err != nil {
+		o.close()
+		return nil, err
+	}
+	return o, nil
+}
+
+// flowSwitch attaches and detaches the writer and r1's tcx program to reach a state.
+type flowSwitch struct {
+	b      *bench
+	cg     string
+	objs   *flowObjects
+	writer link.Link
+	tcx    link.Link
+	on     string // the program on tcx: "", "empty" or "classifier"
+}
+
+func (s *flowSwitch) set(st flowState) error {
+	if st.writer != (s.writer != nil) {
+		if s.writer != nil {
+			s.writer.Close()
+			s.writer = nil
+		} else {
+			l, err := link.AttachCgroup(link.CgroupOptions{Path: s.cg, Attach: ebpf.AttachCGroupSockOps, Program: s.objs.writer})
+			if err != nil {
+				return fmt.Errorf("attach the writer to %s: %w", s.cg, err)
+			}
+			s.writer = l
+		}
+	}
+	if st.tcx == s.on {
+		return nil
+	}
+	if s.tcx != nil {
+		s.tcx.Close()
+		s.tcx, s.on = nil, ""
+	}
+	prog := map[string]*ebpf.Program{"empty": s.objs.empty, "classifier": s.objs.classifier}[st.tcx]
+	if prog == nil {
+		return nil
+	}
+	err := nsrun.Do(s.b.l.Netns("r1"), func() error {
+		iface, err := net.InterfaceByName(s.b.bneck)
+		if err != nil {
+			return err
+		}
+		s.tcx, err = link.AttachTCX(link.TCXOptions{Interface: iface.Index, Program: prog, Attach: ebpf.AttachTCXEgress})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("attach a program to r1's %s: %w", s.b.bneck, err)
+	}
+	s.on = st.tcx
+	return nil
+}
+
+// receivedDuring is the goodput d1's sockets took over d, in bit/s: bytes received by its TCP
+// sockets (tcp_info), read before and after.
+func (b *bench) receivedDuring(d time.Duration) (float64, error) {
+	n0, t0, err := b.bytesReceived()
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(d)
+	n1, t1, err := b.bytesReceived()
+	if err != nil {
+		return 0, err
+	}
+	if n1 < n0 {
+		return 0, fmt.Errorf("iperf3's flow to d1 ended before the measurement")
+	}
+	return float64(n1-n0) * 8 / t1.Sub(t0).Seconds(), nil
+}
+
+// bytesReceived is the largest bytes_received of d1's TCP sockets (iperf3's data connection)
+// and when it was read.
+func (b *bench) bytesReceived() (uint64, time.Time, error) {
+	var most uint64
+	var at time.Time
+	err := nsrun.Do(b.l.Netns("d1"), func() error {
+		// iperf3 listens on "::": its IPv4 connections are IPv6 sockets
+		for _, family := range []uint8{unix.AF_INET, unix.AF_INET6} {
+			socks, err := netlink.SocketDiagTCPInfo(family)
+			at = time.Now()
+			if err != nil {
+				return err
+			}
+			for _, s := range socks {
+				if s.TCPInfo != nil && s.TCPInfo.Bytes_received > most {
+					most = s.TCPInfo.Bytes_received
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, at, fmt.Errorf("tcp_info on d1: %w", err)
+	}
+	return most, at, nil
+}
