@@ -46,7 +46,8 @@ func part(name string) bool {
 
 func main() {
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A lost terminal or output pipe (| head) stops the bench as ^C does, and it cleans up.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	defer stop()
 	if err := run(ctx); err != nil {
 		slog.Error("bench altmark", "err", err)

@@ -186,7 +186,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "-rounds: want at least 1")
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A lost terminal or output pipe (| head) stops the bench as ^C does, and it cleans up.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	defer stop()
 	if err := run(ctx); err != nil {
 		slog.Error("bench conntrack", "err", err)

@@ -37,7 +37,8 @@ func main() {
 	secs := flag.Int("seconds", 3, "seconds per iperf3 run")
 	flag.Parse()
 	// Ctrl-C ends the running iperf3 and still takes the lab down.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A lost terminal or output pipe (| head) stops the bench as ^C does, and it cleans up.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	err := run(ctx, *rounds, *secs)
 	stop()
 	if err != nil {

@@ -166,7 +166,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "-rate: %v\n", err)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A lost terminal or output pipe (| head) stops the bench as ^C does, and it cleans up.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	defer stop()
 	if err := run(ctx, c); err != nil {
 		slog.Error("bench prio", "err", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -146,7 +147,7 @@ func (b *bench) flowTable(mode string, got map[string][]float64) {
 // flowObjects are the programs the within-flow states switch.
 type flowObjects struct {
 	writer, classifier, empty *ebpf.Program
-	closers                   []interface{ Close() error }
+	closers                   []io.Closer
 }
 
 func (o *flowObjects) close() {
@@ -157,29 +158,30 @@ func (o *flowObjects) close() {
 
 // flowPrograms loads the writer (every connection advertises, the bench's refresh), backlog's
 // classifier with its flow cache, and an empty tc program.
-func (b *bench) flowPrograms() (*flowObjects, error) {
-	o := &flowObjects{}
-	w, wc, err := prio.HostProgram(&prio.HostPolicy{File: "bench", Advertise: []match.Match{match.Any()}, Refresh: prio.DefaultRefresh})
-	if err != nil {
-		return nil, err
-	}
-	o.writer, o.closers = w, append(o.closers, wc)
-	p, err := b.policy("backlog", nil)
-	if err == nil {
-		var cc interface{ Close() error }
-		o.classifier, cc, err = prio.ClassifierProgram(p, true)
-		if err == nil {
-			o.closers = append(o.closers, cc)
-			o.empty, err = emptyTC()
-			if err == nil {
-				o.closers = append(o.closers, o.empty)
-			}
+func (b *bench) flowPrograms() (o *flowObjects, err error) {
+	o = &flowObjects{}
+	defer func() {
+		if err != nil {
+			o.close()
 		}
-	}
-	if err != nil {
-		o.close()
+	}()
+	var c io.Closer
+	if o.writer, c, err = prio.HostProgram(&prio.HostPolicy{File: "bench", Advertise: []match.Match{match.Any()}, Refresh: prio.DefaultRefresh}); err != nil {
 		return nil, err
 	}
+	o.closers = append(o.closers, c)
+	p, err := b.policy("backlog", nil)
+	if err != nil {
+		return nil, err
+	}
+	if o.classifier, c, err = prio.ClassifierProgram(p, true); err != nil {
+		return nil, err
+	}
+	o.closers = append(o.closers, c)
+	if o.empty, err = emptyTC(); err != nil {
+		return nil, err
+	}
+	o.closers = append(o.closers, o.empty)
 	return o, nil
 }
 
