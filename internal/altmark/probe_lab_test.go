@@ -374,6 +374,7 @@ func lossPerPeriod(t *testing.T, pl *pathLab, mode, carrier string) {
 	}
 	var lossTotal int64
 	var delays []int64
+	checked := 0
 	for _, n := range both {
 		a, err := r1.Store().Read(n)
 		if err != nil {
@@ -401,6 +402,15 @@ func lossPerPeriod(t *testing.T, pl *pathLab, mode, carrier string) {
 		if out < 100 {
 			t.Errorf("period %d: only %d packets counted on r1", n, out)
 		}
+		if out != sent {
+			// Datagrams that reach r1 more than L/2 after their period ended count in a later
+			// block: the bound RFC 9341 sets, broken when a loaded machine stalls the path
+			// (once in CI: 94 of a period's 220 late, one of them lost). Then a period's
+			// loss on the segment is not the loss of what was sent in it.
+			t.Logf("period %d: r1 counted %d of the %d datagrams sent in it (the rest out of their period); loss not checked", n, out, sent)
+			continue
+		}
+		checked++
 		if out-in != lost {
 			t.Errorf("period %d: loss from the probes %d, datagrams sent in it and not received %d", n, out-in, lost)
 		}
@@ -417,6 +427,9 @@ func lossPerPeriod(t *testing.T, pl *pathLab, mode, carrier string) {
 	}
 	if got := testutil.ToFloat64(r1.Metrics.Datapath.WithLabelValues("counted")); got == 0 {
 		t.Errorf("flowplane_altmark_datapath_events{event=\"counted\"} is 0 on r1")
+	}
+	if checked < common/2 {
+		t.Errorf("only %d periods could be checked against the sender (at least %d)", checked, common/2)
 	}
 	if lossTotal == 0 {
 		t.Errorf("nothing was lost: the loss program did not work")
