@@ -71,6 +71,6 @@ for scheme in fifo backlog; do
 	echo "short flow (100 KB) beside the backlogged one: completed in $short ms"
 	wait "$bulk" || true
 	echo "-- prio status after"
-	r1 status | grep -v '^host '
+	r1 status | sed '/^host /,$d' # the router's part (the host attachment is the machine's)
 	r1 remove --dev "$dev" >/dev/null
 done
