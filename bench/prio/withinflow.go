@@ -34,28 +34,30 @@ const (
 	flowSettle = 200 * time.Millisecond // the start of a period that is not counted
 )
 
-// flowState is what the writer and r1's tcx egress hook hold for a period.
+// flowState is what the cgroup's writers and r1's tcx egress hook hold for a period.
 type flowState struct {
 	name   string
-	writer bool
+	writer string // "", "changes" (the bench's writer) or "every" (refresh 0: every data segment)
 	tcx    string // "", "empty" or "classifier"
 }
 
 var flowStates = []flowState{
-	{"plain forwarding (veth: noqueue)", false, ""},
-	{"tcx egress, an empty program", false, "empty"},
-	{"host writer", true, ""},
-	{"classifier (backlog; packets without the option), no qdisc", false, "classifier"},
-	{"host writer + classifier (backlog), no qdisc", true, "classifier"},
+	{"plain forwarding (veth: noqueue)", "", ""},
+	{"tcx egress, an empty program", "", "empty"},
+	{"host writer", "changes", ""},
+	{"host writer, the option on every data segment (refresh 0)", "every", ""},
+	{"classifier (backlog; packets without the option), no qdisc", "", "classifier"},
+	{"host writer + classifier (backlog), no qdisc", "changes", "classifier"},
 }
 
 // throughputWithinFlow measures flowStates within one iperf3 flow s1 → d1 in offload mode
 // mode: b.c.flowCycles cycles, each starting one state later than the one before.
 //
-// The writer is switched by attaching and detaching it on a cgroup of its own that iperf3's
-// client joined with the writer attached: the connection keeps the header-option callbacks it
-// turned on when it was established, and with no program on the cgroup the kernel's callback
-// returns without reserving room (the off periods pay that call, once per 64-KB send).
+// The writers are switched by attaching and detaching them on a cgroup of its own that iperf3's
+// client joined with both attached (each keeps its own socket storage, made when the
+// connection was): the connection keeps the header-option callbacks they turned on, and with
+// no program on the cgroup the kernel's callback returns without reserving room (the off
+// periods pay that call, once per send and per MSS sizing).
 func (b *bench) throughputWithinFlow(ctx context.Context, mode string) error {
 	objs, err := b.flowPrograms()
 	if err != nil {
@@ -67,9 +69,9 @@ func (b *bench) throughputWithinFlow(ctx context.Context, mode string) error {
 		return fmt.Errorf("cgroup of the switched writer: %w", err)
 	}
 	defer func() { _ = cgroup.Remove(cg) }()
-	sw := &flowSwitch{b: b, cg: cg, objs: objs}
+	sw := &flowSwitch{b: b, cg: cg, objs: objs, writers: map[string]link.Link{}}
 	defer sw.set(flowStates[0]) //nolint:errcheck // best effort: leave nothing attached
-	if err := sw.set(flowState{writer: true}); err != nil {
+	if err := sw.attachWriters(); err != nil {
 		return err
 	}
 
@@ -138,7 +140,7 @@ func (b *bench) flowTable(mode string, got map[string][]float64) {
 		t.Add(st.name, percentile(got[st.name], 50)/1e9, ratioInterval(paired),
 			fmt.Sprintf("%.3f (%.3f–%.3f)", report.Median(paired), slices.Min(paired), slices.Max(paired)))
 	}
-	t.Notes = append(t.Notes, fmt.Sprintf("One iperf3 flow (one CPU, as above; %s) held each state for %v, of which the last %v counted (goodput: bytes the receiving socket took), in %d cycles of all states, each cycle starting one state later. The writer is detached and attached on a cgroup of its own (the connection keeps its callbacks; off, the kernel's callback finds no program), the programs on r1's tcx egress likewise.", offloadTitle[mode], flowPeriod, flowPeriod-flowSettle, len(got[flowStates[0].name])))
+	t.Notes = append(t.Notes, fmt.Sprintf("One iperf3 flow (one CPU, as above; %s) held each state for %v, of which the last %v counted (goodput: bytes the receiving socket took), in %d cycles of all states, each cycle starting one state later. The writers are detached and attached on a cgroup of its own (the connection keeps its callbacks; off, the kernel's callback finds no program), the programs on r1's tcx egress likewise.", offloadTitle[mode], flowPeriod, flowPeriod-flowSettle, len(got[flowStates[0].name])))
 	b.table(t)
 	key := map[string]string{offloadOn: "tso_on", offloadOff: "tso_off", offloadGRO: "gro_r1"}[mode]
 	b.res.Data["within_flow_bps_"+key] = got
@@ -146,8 +148,9 @@ func (b *bench) flowTable(mode string, got map[string][]float64) {
 
 // flowObjects are the programs the within-flow states switch.
 type flowObjects struct {
-	writer, classifier, empty *ebpf.Program
-	closers                   []io.Closer
+	writers           map[string]*ebpf.Program // by flowState.writer
+	classifier, empty *ebpf.Program
+	closers           []io.Closer
 }
 
 func (o *flowObjects) close() {
@@ -156,20 +159,22 @@ func (o *flowObjects) close() {
 	}
 }
 
-// flowPrograms loads the writer (every connection advertises, the bench's refresh), backlog's
-// classifier with its flow cache, and an empty tc program.
+// flowPrograms loads the writers (every connection advertises; the bench's refresh, and 0),
+// backlog's classifier with its flow cache, and an empty tc program.
 func (b *bench) flowPrograms() (o *flowObjects, err error) {
-	o = &flowObjects{}
+	o = &flowObjects{writers: map[string]*ebpf.Program{}}
 	defer func() {
 		if err != nil {
 			o.close()
 		}
 	}()
 	var c io.Closer
-	if o.writer, c, err = prio.HostProgram(&prio.HostPolicy{File: "bench", Advertise: []match.Match{match.Any()}, Refresh: prio.DefaultRefresh}); err != nil {
-		return nil, err
+	for name, refresh := range map[string]time.Duration{"changes": prio.DefaultRefresh, "every": 0} {
+		if o.writers[name], c, err = prio.HostProgram(&prio.HostPolicy{File: "bench", Advertise: []match.Match{match.Any()}, Refresh: refresh}); err != nil {
+			return nil, err
+		}
+		o.closers = append(o.closers, c)
 	}
-	o.closers = append(o.closers, c)
 	p, err := b.policy("backlog", nil)
 	if err != nil {
 		return nil, err
@@ -187,25 +192,24 @@ func (b *bench) flowPrograms() (o *flowObjects, err error) {
 
 // flowSwitch attaches and detaches the writer and r1's tcx program to reach a state.
 type flowSwitch struct {
-	b      *bench
-	cg     string
-	objs   *flowObjects
-	writer link.Link
-	tcx    link.Link
-	on     string // the program on tcx: "", "empty" or "classifier"
+	b       *bench
+	cg      string
+	objs    *flowObjects
+	writers map[string]link.Link // attached writers, by flowState.writer
+	tcx     link.Link
+	on      string // the program on tcx: "", "empty" or "classifier"
 }
 
 func (s *flowSwitch) set(st flowState) error {
-	if st.writer != (s.writer != nil) {
-		if s.writer != nil {
-			s.writer.Close()
-			s.writer = nil
-		} else {
-			l, err := link.AttachCgroup(link.CgroupOptions{Path: s.cg, Attach: ebpf.AttachCGroupSockOps, Program: s.objs.writer})
-			if err != nil {
-				return fmt.Errorf("attach the writer to %s: %w", s.cg, err)
-			}
-			s.writer = l
+	for name, l := range s.writers {
+		if name != st.writer {
+			l.Close()
+			delete(s.writers, name)
+		}
+	}
+	if st.writer != "" && s.writers[st.writer] == nil {
+		if err := s.attachWriter(st.writer); err != nil {
+			return err
 		}
 	}
 	if st.tcx == s.on {
@@ -231,6 +235,25 @@ func (s *flowSwitch) set(st flowState) error {
 		return fmt.Errorf("attach a program to r1's %s: %w", s.b.bneck, err)
 	}
 	s.on = st.tcx
+	return nil
+}
+
+// attachWriters attaches every writer, as before a connection the states switch.
+func (s *flowSwitch) attachWriters() error {
+	for name := range s.objs.writers {
+		if err := s.attachWriter(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *flowSwitch) attachWriter(name string) error {
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: s.cg, Attach: ebpf.AttachCGroupSockOps, Program: s.objs.writers[name]})
+	if err != nil {
+		return fmt.Errorf("attach the writer to %s: %w", s.cg, err)
+	}
+	s.writers[name] = l
 	return nil
 }
 
