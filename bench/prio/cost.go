@@ -70,6 +70,12 @@ const (
 	offloadGRO = "gro"
 )
 
+// offloadShort names a mode in a table's title; offloadKey in the JSON results.
+var (
+	offloadShort = map[string]string{offloadOn: "TSO/GSO on", offloadOff: "TSO/GSO off", offloadGRO: "TSO/GSO off, GRO on r1"}
+	offloadKey   = map[string]string{offloadOn: "tso_on", offloadOff: "tso_off", offloadGRO: "gro_r1"}
+)
+
 var offloadTitle = map[string]string{
 	offloadOn:  "the sender's TSO/GSO on, as a host has them",
 	offloadOff: "the sender's TSO/GSO off (as for the other experiments: the bottleneck must see MTU-sized packets), so one flow is CPU-bound at a few Gbit/s and every packet pays in full",
@@ -224,9 +230,8 @@ func (b *bench) throughputCost(ctx context.Context, mode string) error {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	title := map[string]string{offloadOn: "TSO/GSO on", offloadOff: "TSO/GSO off", offloadGRO: "TSO/GSO off, GRO on r1"}[mode]
 	t := &report.Table{
-		Title:   "Cost: one TCP flow through an unshaped r1, " + title + " (median of interleaved rounds)",
+		Title:   "Cost: one TCP flow through an unshaped r1, " + offloadShort[mode] + " (median of interleaved rounds)",
 		Columns: []string{"arm", "Gbit/s", "ratio to plain", "ratio to its baseline, per round: median (min–max)", "geometric mean (95 % interval)", "CPU s / Gbit", "Gbit per CPU s, ratio to plain", "segments resent / s"},
 	}
 	base, baseCPU := percentile(got[arms[0].name], 50), percentile(cpuPerGbit[arms[0].name], 50)
@@ -249,10 +254,9 @@ func (b *bench) throughputCost(ctx context.Context, mode string) error {
 	cc, _ := b.cmd(ctx, "s1", "sysctl", "-n", "net.ipv4.tcp_congestion_control")
 	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of iperf3 (congestion control: %s, the system's default), each round starting one arm later, %v after %v of warm-up, the sender, r1, r2 and the receiver on one CPU; %s. Ratio to its baseline: each round's goodput over the same round's HTB (fifo) for the arms over HTB, over plain forwarding for the others: median (min–max), and geometric mean with its 95 %% interval. CPU: the whole machine's busy time (/proc/stat) in the window per gigabit moved.", rounds, strings.TrimSpace(string(cc)), costWindow, costWarmUp, note))
 	b.table(t)
-	key := map[string]string{offloadOn: "tso_on", offloadOff: "tso_off", offloadGRO: "gro_r1"}[mode]
-	b.res.Data["throughput_bps_"+key] = got
-	b.res.Data["cpu_s_per_gbit_"+key] = cpuPerGbit
-	b.res.Data["resent_per_s_"+key] = resent
+	b.res.Data["throughput_bps_"+offloadKey[mode]] = got
+	b.res.Data["cpu_s_per_gbit_"+offloadKey[mode]] = cpuPerGbit
+	b.res.Data["resent_per_s_"+offloadKey[mode]] = resent
 	return nil
 }
 

@@ -70,7 +70,7 @@ func (b *bench) throughputWithinFlow(ctx context.Context, mode string) error {
 	}
 	defer func() { _ = cgroup.Remove(cg) }()
 	sw := &flowSwitch{b: b, cg: cg, objs: objs, writers: map[string]link.Link{}}
-	defer sw.set(flowStates[0]) //nolint:errcheck // best effort: leave nothing attached
+	defer sw.set(flowStates[0]) // leave nothing attached
 	if err := sw.attachWriters(); err != nil {
 		return err
 	}
@@ -126,9 +126,8 @@ func (b *bench) throughputWithinFlow(ctx context.Context, mode string) error {
 
 // flowTable reports each state's goodput against plain forwarding's in the same cycle.
 func (b *bench) flowTable(mode string, got map[string][]float64) {
-	title := map[string]string{offloadOn: "TSO/GSO on", offloadOff: "TSO/GSO off", offloadGRO: "TSO/GSO off, GRO on r1"}[mode]
 	t := &report.Table{
-		Title:   "Cost within one flow: one iperf3 flow through an unshaped r1, " + title,
+		Title:   "Cost within one flow: one iperf3 flow through an unshaped r1, " + offloadShort[mode],
 		Columns: []string{"state", "Gbit/s (median)", "ratio to plain, per cycle: geometric mean (95 % interval)", "median (min–max)"},
 	}
 	plain := got[flowStates[0].name]
@@ -142,8 +141,7 @@ func (b *bench) flowTable(mode string, got map[string][]float64) {
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("One iperf3 flow (one CPU, as above; %s) held each state for %v, of which the last %v counted (goodput: bytes the receiving socket took), in %d cycles of all states, each cycle starting one state later. The writers are detached and attached on a cgroup of its own (the connection keeps its callbacks; off, the kernel's callback finds no program), the programs on r1's tcx egress likewise.", offloadTitle[mode], flowPeriod, flowPeriod-flowSettle, len(got[flowStates[0].name])))
 	b.table(t)
-	key := map[string]string{offloadOn: "tso_on", offloadOff: "tso_off", offloadGRO: "gro_r1"}[mode]
-	b.res.Data["within_flow_bps_"+key] = got
+	b.res.Data["within_flow_bps_"+offloadKey[mode]] = got
 }
 
 // flowObjects are the programs the within-flow states switch.
