@@ -334,7 +334,7 @@ func ratioInterval(ratios []float64) string {
 	}
 	mean, half := meanInterval(logs)
 	if math.IsNaN(half) {
-		return fmt.Sprintf("%.3f (one round: —)", math.Exp(mean))
+		return fmt.Sprintf("%.3f (one pair: —)", math.Exp(mean))
 	}
 	return fmt.Sprintf("%.3f (%.3f–%.3f)", math.Exp(mean), math.Exp(mean-half), math.Exp(mean+half))
 }
