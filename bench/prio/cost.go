@@ -250,9 +250,8 @@ func (b *bench) throughputCost(ctx context.Context, mode string) error {
 		t.Add(a.name, m/1e9, m/base, fmt.Sprintf("%.3f (%.3f–%.3f)", report.Median(paired), slices.Min(paired), slices.Max(paired)),
 			ratioInterval(paired), c, baseCPU/c, percentile(resent[a.name], 50))
 	}
-	note := offloadTitle[mode]
 	cc, _ := b.cmd(ctx, "s1", "sysctl", "-n", "net.ipv4.tcp_congestion_control")
-	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of iperf3 (congestion control: %s, the system's default), each round starting one arm later, %v after %v of warm-up, the sender, r1, r2 and the receiver on one CPU; %s. Ratio to its baseline: each round's goodput over the same round's HTB (fifo) for the arms over HTB, over plain forwarding for the others: median (min–max), and geometric mean with its 95 %% interval. CPU: the whole machine's busy time (/proc/stat) in the window per gigabit moved.", rounds, strings.TrimSpace(string(cc)), costWindow, costWarmUp, note))
+	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of iperf3 (congestion control: %s, the system's default), each round starting one arm later, %v after %v of warm-up, the sender, r1, r2 and the receiver on one CPU; %s. Ratio to its baseline: each round's goodput over the same round's HTB (fifo) for the arms over HTB, over plain forwarding for the others: median (min–max), and geometric mean with its 95 %% interval. CPU: the whole machine's busy time (/proc/stat) in the window per gigabit moved.", rounds, strings.TrimSpace(string(cc)), costWindow, costWarmUp, offloadTitle[mode]))
 	b.table(t)
 	b.res.Data["throughput_bps_"+offloadKey[mode]] = got
 	b.res.Data["cpu_s_per_gbit_"+offloadKey[mode]] = cpuPerGbit
@@ -268,8 +267,8 @@ const roomMSS = 1500 - 20 - 20 - prio.OptLen
 const costWarmUp, costWindow = time.Second, 4 * time.Second
 
 // iperf3 runs one iperf3 flow s1 → dst (d1), the client in the host writer's cgroup if
-// advertise, with the MSS the writer leaves (roomMSS) if room, and returns its goodput in bit/s and its retransmitted segments over costWindow
-// after costWarmUp. iperf3, one thread each side, is what users measure a link with; it keeps
+// advertise, with the MSS the writer leaves (roomMSS) if room, and returns its goodput in bit/s
+// and its retransmitted segments over costWindow after costWarmUp. iperf3, one thread each side, is what users measure a link with; it keeps
 // the Go runtime's threads out of a one-CPU measurement.
 func (b *bench) iperf3(ctx context.Context, dst string, advertise, room bool) (bps, retransmits float64, err error) {
 	srv, err := b.command(ctx, "d1", "iperf3", "-s", "-1")
@@ -392,6 +391,16 @@ func (b *bench) withEmptyTCX(fn func() error) error {
 
 // withTCX runs fn with prog on r1's bottleneck tcx egress.
 func (b *bench) withTCX(prog *ebpf.Program, fn func() error) error {
+	l, err := b.attachTCX(prog)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	return fn()
+}
+
+// attachTCX attaches prog to r1's bottleneck tcx egress.
+func (b *bench) attachTCX(prog *ebpf.Program) (link.Link, error) {
 	var l link.Link
 	err := nsrun.Do(b.l.Netns("r1"), func() error {
 		iface, err := net.InterfaceByName(b.bneck)
@@ -402,10 +411,9 @@ func (b *bench) withTCX(prog *ebpf.Program, fn func() error) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("attach a program to r1's %s: %w", b.bneck, err)
+		return nil, fmt.Errorf("attach a program to r1's %s: %w", b.bneck, err)
 	}
-	defer l.Close()
-	return fn()
+	return l, nil
 }
 
 // emptyTC is a tc program that only returns TCX_NEXT.
@@ -460,7 +468,7 @@ const htbArm = "HTB (fifo)"
 
 // allCostArms, plain first: the baseline of the arms without HTB; HTB (fifo) that of the
 // arms over HTB. A veth's default is noqueue: no qdisc at all, cheaper than any router
-// interface (a NIC comes with pfifo_fast or another qdisc), so pfifo_fast is measured too; an
+// interface (a NIC comes with pfifo_fast or another qdisc), so pfifo_fast can be measured too; an
 // empty program on the same tcx hook is the floor of any classifier there.
 var allCostArms = []costArm{
 	{"plain", "plain forwarding (veth: noqueue)", false, false, ""},

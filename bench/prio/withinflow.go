@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -188,7 +187,7 @@ func (b *bench) flowPrograms() (o *flowObjects, err error) {
 	return o, nil
 }
 
-// flowSwitch attaches and detaches the writer and r1's tcx program to reach a state.
+// flowSwitch attaches and detaches the writers and r1's tcx program to reach a state.
 type flowSwitch struct {
 	b       *bench
 	cg      string
@@ -221,18 +220,11 @@ func (s *flowSwitch) set(st flowState) error {
 	if prog == nil {
 		return nil
 	}
-	err := nsrun.Do(s.b.l.Netns("r1"), func() error {
-		iface, err := net.InterfaceByName(s.b.bneck)
-		if err != nil {
-			return err
-		}
-		s.tcx, err = link.AttachTCX(link.TCXOptions{Interface: iface.Index, Program: prog, Attach: ebpf.AttachTCXEgress})
-		return err
-	})
+	l, err := s.b.attachTCX(prog)
 	if err != nil {
-		return fmt.Errorf("attach a program to r1's %s: %w", s.b.bneck, err)
+		return err
 	}
-	s.on = st.tcx
+	s.tcx, s.on = l, st.tcx
 	return nil
 }
 
