@@ -75,8 +75,9 @@ struct prio_flow {
  * of a flow's state that the fast path reads and writes instead of the flow table, synced back
  * to the table every PRIO_CACHE_SYNC packets and whenever the flow leaves the fast path. */
 struct prio_flow_cached {
-	__u64 bytes;	 /* the table's bytes when filled (this CPU's view adds unsynced) */
-	__u64 last_seen; /* as in prio_flow */
+	__u64 bytes;	   /* the table's bytes when filled (this CPU's view adds unsynced) */
+	__u64 last_seen;   /* as in prio_flow */
+	__u64 last_change; /* as in prio_flow: a move anywhere makes the copy stale (gen) */
 	struct prio_flow_key key; /* the flow this slot holds (valid while packets > 0) */
 	__u32 unsynced;		  /* bytes not yet added to the table */
 	__u32 backlog;		  /* as in prio_flow */

@@ -74,12 +74,14 @@ func TestFlowCacheAgreesWithTable(t *testing.T) {
 	t.Parallel()
 	packets := cachePackets(3000)
 	for name, p := range map[string]RouterPolicy{
-		"fair":               {Scheme: Fair, Leaves: 4},
-		"backlog":            {Scheme: Backlog, Leaves: 4, Thresholds: []uint64{10e3, 100e3, 1e6}},
-		"backlog max_claim":  {Scheme: Backlog, Leaves: 4, Thresholds: []uint64{10e3, 100e3, 1e6}, MaxClaim: 1},
-		"occupancy":          {Scheme: Occupancy, Leaves: 4},
-		"occupancy move_gap": {Scheme: Occupancy, Leaves: 4, MoveGap: time.Hour},
-		"pias":               {Scheme: PIAS, Leaves: 4, Thresholds: []uint64{20e3, 200e3}, IdleReset: time.Hour},
+		"fair":                 {Scheme: Fair, Leaves: 4},
+		"backlog":              {Scheme: Backlog, Leaves: 4, Thresholds: []uint64{10e3, 100e3, 1e6}},
+		"backlog max_claim":    {Scheme: Backlog, Leaves: 4, Thresholds: []uint64{10e3, 100e3, 1e6}, MaxClaim: 1},
+		"occupancy":            {Scheme: Occupancy, Leaves: 4},
+		"occupancy move_gap":   {Scheme: Occupancy, Leaves: 4, MoveGap: time.Hour},
+		"backlog held moves":   {Scheme: Backlog, Leaves: 4, Thresholds: []uint64{10e3, 100e3, 1e6}, ChangeInterval: time.Hour},
+		"occupancy held moves": {Scheme: Occupancy, Leaves: 4, ChangeInterval: time.Hour},
+		"pias":                 {Scheme: PIAS, Leaves: 4, Thresholds: []uint64{20e3, 200e3}, IdleReset: time.Hour},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -231,6 +233,33 @@ func TestFlowCacheSync(t *testing.T) {
 	}
 	if got := bytes(true); got > 20*size || got < 5*size {
 		t.Errorf("the flow made again counts %d bytes, want at most the %d sent since (and the last 5 of them at least)", got, 20*size)
+	}
+}
+
+// TestFlowCacheHeldMove: a flow whose advertisement asks for a move that band_change_interval
+// holds stays where it is, and once the table has held it, its copy holds the move for the
+// packets that repeat the advertisement (a sender swinging across a band edge must not send
+// every packet through the flow table).
+func TestFlowCacheHeldMove(t *testing.T) {
+	t.Parallel()
+	objs := classifier(t, &RouterPolicy{Scheme: Backlog, Leaves: 1, Thresholds: []uint64{10e3}, ChangeInterval: time.Hour})
+	f := func(backlog uint32) []byte { return tcpFrame(trusted, server, 7302, 80, ours(50, backlog)) }
+	if got := classify(t, objs, f(1000)); got != class(0, 0) { // first information: moves at once
+		t.Fatalf("first packet: class %x, want band 0 (%x)", got, class(0, 0))
+	}
+	const n = 20
+	for i := range n {
+		if got := classify(t, objs, f(50e3)); got != class(0, 0) {
+			t.Fatalf("packet %d asking for band 1: class %x, want band 0 (%x): the move is held", i, got, class(0, 0))
+		}
+	}
+	if got := counter(t, objs, classifierPrioStatPRIO_STAT_CHANGE_HELD); got != n {
+		t.Errorf("%d held moves counted, want %d", got, n)
+	}
+	// the first asking packet brings new information (the table's); PRIO_CACHE_SYNC sends one
+	// in every 16 to the table
+	if got, want := counter(t, objs, classifierPrioStatPRIO_STAT_CACHED), uint64(n-1-(n-1)/16); got < want {
+		t.Errorf("%d packets from the cache, want at least %d: the copy did not hold the move", got, want)
 	}
 }
 

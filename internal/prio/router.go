@@ -133,7 +133,7 @@ func ClassifierProgram(p *RouterPolicy, cache bool) (*ebpf.Program, io.Closer, e
 	return objs.PrioClassify, objs, nil
 }
 
-// cacheSlots is the size of each CPU's flow cache (a power of two): 1024 slots of 80 bytes.
+// cacheSlots is the size of each CPU's flow cache (a power of two): 1024 slots of 88 bytes.
 const cacheSlots = 1024
 
 // loadClassifierFor loads the classifier with p's constants and trusted prefixes.
