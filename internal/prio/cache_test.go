@@ -244,7 +244,7 @@ func TestFlowCacheHeldMove(t *testing.T) {
 	t.Parallel()
 	objs := classifier(t, &RouterPolicy{Scheme: Backlog, Leaves: 1, Thresholds: []uint64{10e3}, ChangeInterval: time.Hour})
 	f := func(backlog uint32) []byte { return tcpFrame(trusted, server, 7302, 80, ours(50, backlog)) }
-	if got := classify(t, objs, f(1000)); got != class(0, 0) { // first information: moves at once
+	if got := classify(t, objs, f(1000)); got != class(0, 0) { // a new flow: band 0 from its information
 		t.Fatalf("first packet: class %x, want band 0 (%x)", got, class(0, 0))
 	}
 	const n = 20
