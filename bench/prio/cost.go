@@ -281,8 +281,9 @@ const costWarmUp, costWindow = time.Second, 4 * time.Second
 
 // iperf3 runs one iperf3 flow s1 → dst (d1), the client in the host writer's cgroup if
 // advertise, with the MSS the writer leaves (roomMSS) if room, and returns its goodput in bit/s
-// and its retransmitted segments over costWindow after costWarmUp. iperf3, one thread each side, is what users measure a link with; it keeps
-// the Go runtime's threads out of a one-CPU measurement.
+// and its retransmitted segments over costWindow after costWarmUp. iperf3, one thread each
+// side, is what users measure a link with; it keeps the Go runtime's threads out of a one-CPU
+// measurement.
 func (b *bench) iperf3(ctx context.Context, dst string, advertise, room bool) (bps, retransmits float64, err error) {
 	srv, err := b.command(ctx, "d1", "iperf3", "-s", "-1")
 	if err != nil {

@@ -121,7 +121,7 @@ func main() {
 	}
 	for name, n := range map[string]int{"-cost-rounds": c.costRounds, "-flow-cycles": c.flowCycles} {
 		if n < 0 {
-			fmt.Fprintf(os.Stderr, "%s: %d is not a number of rounds (give 0 or more; 0: none)\n", name, n)
+			fmt.Fprintf(os.Stderr, "%s: %d is not a count (give 0 or more; 0: none)\n", name, n)
 			os.Exit(2)
 		}
 	}

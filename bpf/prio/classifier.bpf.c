@@ -387,7 +387,7 @@ static __always_inline int fast_path(struct __sk_buff *skb, struct prio_flow_cac
 	int trusted = c->trusted && in->source != PRIO_SRC_NONE, capped = 0;
 	int informed = c->source != PRIO_SRC_NONE;
 	__u64 bytes = c->bytes + c->unsynced + skb->len, gap = ~0ULL;
-	enum prio_stat why = PRIO_STAT_CACHED;
+	enum prio_stat why;
 
 	if (!c->packets || c->packets >= PRIO_CACHE_SYNC || c->gen != gen ||
 	    !same_key(&c->key, key))
@@ -401,17 +401,17 @@ static __always_inline int fast_path(struct __sk_buff *skb, struct prio_flow_cac
 	if (scheme == PRIO_SCHEME_PIAS && idle_reset_ns &&
 	    clock(now) - c->last_seen > idle_reset_ns)
 		return 0; /* an idle reset */
-	if (move_gap_ns)
-		gap = clock(now) - c->last_seen;
-	if (target_band(in, c->band, informed, bytes, trusted, &capped) != c->band &&
-	    !move_refused(informed, c->last_change, gap, now, &why))
-		return 0;
+	if (target_band(in, c->band, informed, bytes, trusted, &capped) != c->band) {
+		if (move_gap_ns)
+			gap = clock(now) - c->last_seen;
+		if (!move_refused(informed, c->last_change, gap, now, &why))
+			return 0; /* a move: the table's */
+		fp_count(&prio_stats, why);
+	}
 	c->unsynced += skb->len;
 	c->packets++;
 	if (move_gap_ns || (scheme == PRIO_SCHEME_PIAS && idle_reset_ns))
 		c->last_seen = clock(now);
-	if (why != PRIO_STAT_CACHED)
-		fp_count(&prio_stats, why);
 	if (in->source != PRIO_SRC_NONE && !c->trusted)
 		fp_count(&prio_stats, PRIO_STAT_UNTRUSTED);
 	if (capped)
