@@ -72,6 +72,8 @@ type config struct {
 	runs        int
 	costRounds  int
 	flowCycles  int
+	flowPeriod  time.Duration
+	flowStates  []flowState
 	costArms    []costArm
 	costOffload []string // offload modes of the throughput rounds, in this order
 	workloads   []string
@@ -104,6 +106,8 @@ func main() {
 	flag.IntVar(&c.runs, "runs", 1, "fair: rounds, the schemes taking turns in each; cells are medians, with Jain's range")
 	flag.IntVar(&c.costRounds, "cost-rounds", 18, "cost: interleaved rounds of every arm (a multiple of the number of arms: each takes every place in a round equally often)")
 	flag.IntVar(&c.flowCycles, "flow-cycles", 30, "cost: cycles of the within-flow measurement (every state a period each, in one iperf3 flow; 0: none)")
+	flag.DurationVar(&c.flowPeriod, "flow-period", time.Second, "cost: how long each state holds within one flow (the first fifth not counted)")
+	flowStateKeys := flag.String("flow-states", "plain,tcx-empty,writer,writer-every,classifier,writer+classifier", "cost: states within one flow (plain, the baseline, among them)")
 	costArmKeys := flag.String("cost-arms", "plain,room,tcx-empty,writer,classifier,writer+classifier,htb,htb+classifier,writer+htb+classifier", "cost: arms measured (plain first, the baseline)")
 	costOffload := flag.String("cost-offload", "on,off", "cost: offload modes of the throughput rounds: on (the sender's TSO/GSO), off (MTU-sized packets end to end), gro (MTU-sized on the wire, GRO on r1's ingress)")
 	flag.DurationVar(&c.dur, "d", 60*time.Second, "fair: measured window per run")
@@ -129,6 +133,14 @@ func main() {
 	var err error
 	if c.costArms, err = costArms(split(*costArmKeys)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if c.flowStates, err = pickFlowStates(split(*flowStateKeys)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if c.flowPeriod < 50*time.Millisecond {
+		fmt.Fprintf(os.Stderr, "-flow-period: %v is shorter than a switch settles (give 50ms or more)\n", c.flowPeriod)
 		os.Exit(2)
 	}
 	if c.costRounds%len(c.costArms) != 0 {
@@ -305,7 +317,7 @@ func (b *bench) hostWriter() error {
 	if err := os.Mkdir(b.cg, 0o755); err != nil {
 		return err
 	}
-	return prio.Host(b.host, b.cg, &prio.HostPolicy{File: "bench", Advertise: []match.Match{match.Any()}, Refresh: prio.DefaultRefresh})
+	return prio.Host(b.host, b.cg, &prio.HostPolicy{File: "bench", Advertise: []match.Match{match.Any()}, Refresh: prio.DefaultRefresh, MinInterval: prio.DefaultMinInterval})
 }
 
 // policy is the router policy of a scheme, as a user would write it; thresholds are pias's

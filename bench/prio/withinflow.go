@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -28,29 +29,49 @@ import (
 // periods. Rounds of separate flows (throughputCost) carry each connection's own luck (buffer
 // autotuning, where its pages and timers fall) and the machine's drift between rounds; within
 // one flow, a few seconds apart, both cancel.
-const (
-	flowPeriod = time.Second            // how long a state holds
-	flowSettle = 200 * time.Millisecond // the start of a period that is not counted
-)
-
 // flowState is what the cgroup's writers and r1's tcx egress hook hold for a period.
 type flowState struct {
-	name   string
-	writer string // "", "changes" (the bench's writer) or "every" (refresh 0: every data segment)
-	tcx    string // "", "empty" or "classifier"
+	key, name string
+	writer    string // "", "changes" (the bench's writer) or "every" (refresh 0: every data segment)
+	tcx       string // "", "empty" or "classifier"
 }
 
+// flowStates are the states -flow-states picks from, plain forwarding (the baseline) first.
 var flowStates = []flowState{
-	{"plain forwarding (veth: noqueue)", "", ""},
-	{"tcx egress, an empty program", "", "empty"},
-	{"host writer", "changes", ""},
-	{"host writer, the option on every data segment (refresh 0)", "every", ""},
-	{"classifier (backlog; packets without the option), no qdisc", "", "classifier"},
-	{"host writer + classifier (backlog), no qdisc", "changes", "classifier"},
+	{"plain", "plain forwarding (veth: noqueue)", "", ""},
+	{"tcx-empty", "tcx egress, an empty program", "", "empty"},
+	{"writer", "host writer", "changes", ""},
+	{"writer-every", "host writer, the option on every data segment (refresh 0)", "every", ""},
+	{"classifier", "classifier (backlog; packets without the option), no qdisc", "", "classifier"},
+	{"writer+classifier", "host writer + classifier (backlog), no qdisc", "changes", "classifier"},
 }
 
-// throughputWithinFlow measures flowStates within one iperf3 flow s1 → d1 in offload mode
-// mode: b.c.flowCycles cycles, each starting one state later than the one before.
+// pickFlowStates returns the states named by keys, in flowStates' order; plain must be one.
+func pickFlowStates(keys []string) ([]flowState, error) {
+	var known []string
+	for _, st := range flowStates {
+		known = append(known, st.key)
+	}
+	for _, k := range keys {
+		if !slices.Contains(known, k) {
+			return nil, fmt.Errorf("-flow-states: unknown state %q (known: %s)", k, strings.Join(known, ", "))
+		}
+	}
+	if !slices.Contains(keys, "plain") {
+		return nil, fmt.Errorf("-flow-states: give plain too (the baseline every state is paired with)")
+	}
+	var states []flowState
+	for _, st := range flowStates {
+		if slices.Contains(keys, st.key) {
+			states = append(states, st)
+		}
+	}
+	return states, nil
+}
+
+// throughputWithinFlow measures b.c.flowStates within one iperf3 flow s1 → d1 in offload
+// mode mode: b.c.flowCycles cycles of a b.c.flowPeriod per state, each cycle starting one state
+// later than the one before; the first fifth of a period is not counted (the switch settles).
 //
 // The writers are switched by attaching and detaching them on a cgroup of its own that iperf3's
 // client joined with both attached (each keeps its own socket storage, made when the
@@ -69,14 +90,15 @@ func (b *bench) throughputWithinFlow(ctx context.Context, mode string) error {
 	}
 	defer func() { _ = cgroup.Remove(cg) }()
 	sw := &flowSwitch{b: b, cg: cg, objs: objs, writers: map[string]link.Link{}}
-	defer sw.set(flowStates[0]) // leave nothing attached
+	defer sw.set(flowStates[0]) // leave nothing attached (plain)
 	if err := sw.attachWriters(); err != nil {
 		return err
 	}
 
-	cycles := b.c.flowCycles
+	cycles, states, period := b.c.flowCycles, b.c.flowStates, b.c.flowPeriod
+	settle := period / 5
 	// iperf3 outlives the periods (attaching takes time too); it is stopped at the end
-	total := time.Duration(cycles*len(flowStates))*flowPeriod*2 + 10*time.Second
+	total := time.Duration(cycles*len(states))*period*2 + 10*time.Second
 	srv, err := b.command(ctx, "d1", "iperf3", "-s", "-1")
 	if err != nil {
 		return err
@@ -105,13 +127,13 @@ func (b *bench) throughputWithinFlow(ctx context.Context, mode string) error {
 
 	got := map[string][]float64{}
 	for cycle := range cycles {
-		for i := range flowStates {
-			st := flowStates[(cycle+i)%len(flowStates)]
+		for i := range states {
+			st := states[(cycle+i)%len(states)]
 			if err := sw.set(st); err != nil {
 				return err
 			}
-			time.Sleep(flowSettle)
-			bps, err := b.receivedDuring(flowPeriod - flowSettle)
+			time.Sleep(settle)
+			bps, err := b.receivedDuring(period - settle)
 			if err != nil {
 				return err
 			}
@@ -119,18 +141,18 @@ func (b *bench) throughputWithinFlow(ctx context.Context, mode string) error {
 		}
 		slog.Info("throughput within one flow", "cycle", cycle+1, "of", cycles)
 	}
-	b.flowTable(mode, got)
+	b.flowTable(mode, states, period, got)
 	return nil
 }
 
 // flowTable reports each state's goodput against plain forwarding's in the same cycle.
-func (b *bench) flowTable(mode string, got map[string][]float64) {
+func (b *bench) flowTable(mode string, states []flowState, period time.Duration, got map[string][]float64) {
 	t := &report.Table{
 		Title:   "Cost within one flow: one iperf3 flow through an unshaped r1, " + offloadShort[mode],
 		Columns: []string{"state", "Gbit/s (median)", "ratio to plain, per cycle: geometric mean (95 % interval)", "median (min–max)"},
 	}
-	plain := got[flowStates[0].name]
-	for _, st := range flowStates {
+	plain := got[states[0].name]
+	for _, st := range states {
 		var paired []float64
 		for i, v := range got[st.name] {
 			paired = append(paired, v/plain[i])
@@ -138,7 +160,7 @@ func (b *bench) flowTable(mode string, got map[string][]float64) {
 		t.Add(st.name, percentile(got[st.name], 50)/1e9, ratioInterval(paired),
 			fmt.Sprintf("%.3f (%.3f–%.3f)", report.Median(paired), slices.Min(paired), slices.Max(paired)))
 	}
-	t.Notes = append(t.Notes, fmt.Sprintf("One iperf3 flow (one CPU, as above; %s) held each state for %v, of which the last %v counted (goodput: bytes the receiving socket took), in %d cycles of all states, each cycle starting one state later. The writers are detached and attached on a cgroup of its own (the connection keeps its callbacks; off, the kernel's callback finds no program), the programs on r1's tcx egress likewise.", offloadTitle[mode], flowPeriod, flowPeriod-flowSettle, len(got[flowStates[0].name])))
+	t.Notes = append(t.Notes, fmt.Sprintf("One iperf3 flow (one CPU, as above; %s) held each state for %v, of which the last %v counted (goodput: bytes the receiving socket took), in %d cycles of all states, each cycle starting one state later. The writers are detached and attached on a cgroup of its own (the connection keeps its callbacks; off, the kernel's callback finds no program), the programs on r1's tcx egress likewise.", offloadTitle[mode], period, period-period/5, len(plain)))
 	b.table(t)
 	b.res.Data["within_flow_bps_"+offloadKey[mode]] = got
 }
@@ -166,8 +188,12 @@ func (b *bench) flowPrograms() (o *flowObjects, err error) {
 		}
 	}()
 	var c io.Closer
-	for name, refresh := range map[string]time.Duration{"changes": prio.DefaultRefresh, "every": 0} {
-		if o.writers[name], c, err = prio.HostProgram(&prio.HostPolicy{File: "bench", Advertise: []match.Match{match.Any()}, Refresh: refresh}); err != nil {
+	for name, hp := range map[string]*prio.HostPolicy{
+		"changes": {Refresh: prio.DefaultRefresh, MinInterval: prio.DefaultMinInterval},
+		"every":   {},
+	} {
+		hp.File, hp.Advertise = "bench", []match.Match{match.Any()}
+		if o.writers[name], c, err = prio.HostProgram(hp); err != nil {
 			return nil, err
 		}
 		o.closers = append(o.closers, c)

@@ -7,13 +7,15 @@
  * buffer they occupy (near 100 %: the writer is blocked behind data the network does not take).
  * The SYN carries it so a router knows the flow from its first packet (a new connection's
  * handshake must not wait in the default band); pure ACKs carry nothing. A data segment carries
- * it when the advertisement changed by a step since the connection last wrote it, or when it last
- * wrote it refresh_ns ago (refresh_ns 0: every data segment): any option past timestamps takes a
- * plain Linux receiver off its header-prediction fast path, so a segment that tells the router
- * nothing new goes without. The length callback decides and records the advertisement; the
- * write callback writes what it recorded, and only into room it reserved itself (another
- * program's reservation reaches the write callback too). Always returns 1: it never refuses
- * what another program on the cgroup allows. */
+ * it when the advertisement changed by a step since the connection last wrote it, no sooner than
+ * min_interval_ns after that write (its first data segment excepted), or when it last wrote it
+ * refresh_ns ago (refresh_ns 0: every data segment): any option past timestamps takes a plain
+ * Linux receiver off its header-prediction fast path, so a segment that tells the router nothing
+ * new goes without, and a flow whose backlog swings with every send does not carry it on most
+ * of its segments (docs/prio.md, "Cost"). The length callback decides and records the
+ * advertisement; the write callback writes what it recorded, and only into room it reserved itself
+ * (another program's reservation reaches the write callback too). Always returns 1: it never
+ * refuses what another program on the cgroup allows. */
 #include "common.h"
 #include "stats.h"
 #include "prio.h"
@@ -25,6 +27,9 @@ volatile const __u32 nselectors = 0;
 /* The longest a sending connection goes without writing the option, on the coarse clock; 0:
  * write it on every data segment. */
 volatile const __u64 refresh_ns = 0;
+/* The shortest a connection goes between two writes after its first data segment's, on the
+ * coarse clock (the loader adds a tick); 0: every step. Only with refresh_ns. */
+volatile const __u64 min_interval_ns = 0;
 
 /* A step worth writing: backlog by an eighth of what was last written, occupancy by 5 points.
  * The truth then differs from what the router holds by less than an eighth of it (backlog) and
@@ -38,7 +43,8 @@ struct written {
 	__u32 units; /* backlog of the last write, or the one about to be written */
 	__u8 occ;
 	__u8 pending; /* the length callback reserved room for it on the segment being built */
-	__u8 pad[2];
+	__u8 data;    /* a data segment carried it */
+	__u8 pad;
 };
 
 /* key = a socket the selectors took, value = struct written */
@@ -187,9 +193,17 @@ static __always_inline void reserve(struct bpf_sock_ops *skops, struct bpf_sock 
 	backlog(tp, &units, &occ);
 	if (refresh_ns) {
 		now = bpf_ktime_get_coarse_ns();
-		if (!syn && w->at && now - w->at < refresh_ns && !stepped(w, units, occ)) {
-			fp_count(&prio_host_stats, PRIO_HOST_UNCHANGED);
-			return;
+		if (!syn && w->at && now - w->at < refresh_ns) {
+			if (!stepped(w, units, occ)) {
+				fp_count(&prio_host_stats, PRIO_HOST_UNCHANGED);
+				return;
+			}
+			/* A step, too soon: a CPU-bound bulk flow's backlog swings between a whole
+			 * GSO packet and its tail at every send, a step each time. */
+			if (w->data && now - w->at < min_interval_ns) {
+				fp_count(&prio_host_stats, PRIO_HOST_HELD);
+				return;
+			}
 		}
 	}
 	if (bpf_reserve_hdr_opt(skops, PRIO_OPT_LEN, 0) != 0) {
@@ -200,6 +214,7 @@ static __always_inline void reserve(struct bpf_sock_ops *skops, struct bpf_sock 
 	w->units = units;
 	w->occ = occ;
 	w->pending = 1;
+	w->data |= !syn;
 }
 
 /* advertise writes the option the length callback recorded, into the room it reserved. */

@@ -60,6 +60,9 @@ func hostCmd() *cobra.Command {
 			when := "on every data segment"
 			if p.Refresh > 0 {
 				when = fmt.Sprintf("on changes, at least every %v", p.Refresh)
+				if p.MinInterval > 0 {
+					when = fmt.Sprintf("on changes at most every %v, at least every %v", p.MinInterval, p.Refresh)
+				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "prio host %s: %d selector(s) on %s; the option written %s\n", name, len(p.Advertise), path, when)
 			return nil
@@ -134,7 +137,7 @@ func printStatus(w io.Writer, st *Status) {
 		fmt.Fprintf(w, "  counters: %s\n", counterLine(r.Counters, routerCounterNames))
 	}
 	for _, h := range st.Hosts {
-		fmt.Fprintf(w, "host %s on %s (%s, refresh %v)\n  counters: %s\n", h.Name, h.Cgroup, h.File, h.Refresh, counterLine(h.Counters, hostCounterNames))
+		fmt.Fprintf(w, "host %s on %s (%s, refresh %v, min_interval %v)\n  counters: %s\n", h.Name, h.Cgroup, h.File, h.Refresh, h.MinInterval, counterLine(h.Counters, hostCounterNames))
 	}
 }
 

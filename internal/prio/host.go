@@ -21,10 +21,11 @@ const subsystem = "prio"
 
 // HostRecord is what `prio host` leaves for status and remove.
 type HostRecord struct {
-	Name    string        `json:"name"`
-	Cgroup  string        `json:"cgroup"`
-	File    string        `json:"file"`
-	Refresh time.Duration `json:"refresh_ns"` // 0: the option on every data segment
+	Name        string        `json:"name"`
+	Cgroup      string        `json:"cgroup"`
+	File        string        `json:"file"`
+	Refresh     time.Duration `json:"refresh_ns"`      // 0: the option on every data segment
+	MinInterval time.Duration `json:"min_interval_ns"` // 0: every change
 }
 
 func hostPin(name string) []string { return []string{subsystem, "host-" + name} }
@@ -103,7 +104,7 @@ func Host(name, cgroupPath string, p *HostPolicy) (err error) {
 	if err := objs.PrioHostStats.Pin(filepath.Join(dir, "stats")); err != nil {
 		return fmt.Errorf("pin host counters: %w", err)
 	}
-	return runstate.Save(subsystem, "host-"+name, &HostRecord{Name: name, Cgroup: cgroupPath, File: p.File, Refresh: p.Refresh})
+	return runstate.Save(subsystem, "host-"+name, &HostRecord{Name: name, Cgroup: cgroupPath, File: p.File, Refresh: p.Refresh, MinInterval: p.MinInterval})
 }
 
 // HostProgram loads the option writer for p without attaching it, for benchmarks; close the
@@ -116,14 +117,21 @@ func HostProgram(p *HostPolicy) (*ebpf.Program, io.Closer, error) {
 	return objs.PrioHost, objs, nil
 }
 
-// loadHostFor loads the option writer with p's selectors and refresh interval.
+// loadHostFor loads the option writer with p's selectors and intervals.
 func loadHostFor(p *HostPolicy) (*hostObjects, error) {
 	sels, err := selectors(p)
 	if err != nil {
 		return nil, err
 	}
-	if p.Refresh < 0 {
-		return nil, fmt.Errorf("refresh %v: give a duration of 0 or more", p.Refresh)
+	if p.Refresh < 0 || p.MinInterval < 0 {
+		return nil, fmt.Errorf("refresh %v, min_interval %v: give durations of 0 or more", p.Refresh, p.MinInterval)
+	}
+	if p.MinInterval > 0 && p.Refresh == 0 {
+		return nil, fmt.Errorf("min_interval %v with refresh 0 (every data segment): give a refresh or no min_interval", p.MinInterval)
+	}
+	tick, err := coarseTick()
+	if err != nil {
+		return nil, err
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
@@ -137,6 +145,9 @@ func loadHostFor(p *HostPolicy) (*hostObjects, error) {
 	}
 	if err := spec.Variables["refresh_ns"].Set(uint64(p.Refresh.Nanoseconds())); err != nil {
 		return nil, fmt.Errorf("set refresh_ns: %w", err)
+	}
+	if err := spec.Variables["min_interval_ns"].Set(onCoarseClock(p.MinInterval, tick)); err != nil {
+		return nil, fmt.Errorf("set min_interval_ns: %w", err)
 	}
 	var objs hostObjects
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {

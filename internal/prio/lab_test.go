@@ -199,14 +199,17 @@ func TestLabAdvertiseAndClassify(t *testing.T) {
 	}
 }
 
-// TestLabAdvertiseOnChange: with the default policy a connection writes the option on its SYN
-// and then only when the advertisement moved by a step (backlog by an eighth, occupancy by 5
-// points) or a refresh fell due. A capture on h1 (every packet h1 sends, in the order the writer
-// decided) shows it. With an hour's refresh every advertisement after a connection's first is a
-// step from the one before, and the bulk connection sends data segments with it and without.
-// With a 20-ms refresh a paced flow whose backlog stays put (1000 bytes at a time, sent at once)
-// carries it again at refreshes that are no step, each a refresh (less a coarse-clock tick)
-// after the write before it.
+// TestLabAdvertiseOnChange: a connection writes the option on its SYN and then only when the
+// advertisement moved by a step (backlog by an eighth, occupancy by 5 points), no sooner than
+// min_interval after its last write (its first data segment excepted), or when a refresh fell
+// due. A capture on h1 (every packet h1 sends, in the order the writer decided) shows it. With
+// an hour's refresh every advertisement after a connection's first is a step from the one
+// before, and the bulk connection sends data segments with it and without. With a 20-ms
+// refresh a paced flow whose backlog stays put (1000 bytes at a time, sent at once) carries it
+// again at refreshes that are no step, each a refresh (less a coarse-clock tick) after the
+// write before it. With a 20-ms min_interval a paced flow whose every send is a step (iperf3
+// writes 128 KB every 2.5 ms, sent as two 64-KB TSO packets: backlog 128 KB, then 64 KB) writes
+// no two data segments' advertisements closer than that.
 func TestLabAdvertiseOnChange(t *testing.T) {
 	t.Parallel()
 	testenv.Privileged(t)
@@ -223,14 +226,15 @@ func TestLabAdvertiseOnChange(t *testing.T) {
 	defer cancel()
 	h1dev := device(t, l, "h1", "eth0")
 	for _, c := range []struct {
-		refresh time.Duration
-		port    int
-		args    []string
+		refresh, minInterval time.Duration
+		port                 int
+		args                 []string
 	}{
-		{time.Hour, 5321, []string{"-t", "1"}},
-		{20 * time.Millisecond, 5322, []string{"-t", "1", "-b", "1600k", "-l", "1000"}},
+		{time.Hour, 0, 5321, []string{"-t", "1"}},
+		{20 * time.Millisecond, 0, 5322, []string{"-t", "1", "-b", "1600k", "-l", "1000"}},
+		{time.Hour, 20 * time.Millisecond, 5323, []string{"-t", "1", "-b", "400M"}},
 	} {
-		if err := Host(name, cg, &HostPolicy{File: "test", Advertise: []match.Match{match.Any()}, Refresh: c.refresh}); err != nil {
+		if err := Host(name, cg, &HostPolicy{File: "test", Advertise: []match.Match{match.Any()}, Refresh: c.refresh, MinInterval: c.minInterval}); err != nil {
 			t.Fatal(err)
 		}
 		conns := map[layers.TCPPort][]segment{}
@@ -243,7 +247,7 @@ func TestLabAdvertiseOnChange(t *testing.T) {
 		}
 		var bare, carrying, refreshes int // the data connection's data segments; its writes that were no step
 		for sport, segs := range conns {
-			var last *segment
+			var last, lastData *segment // the last write; the last data segment's write
 			for i, sg := range segs {
 				if sg.syn && !sg.carries {
 					t.Errorf("refresh %v, :%d: a SYN without the option", c.refresh, sport)
@@ -254,6 +258,12 @@ func TestLabAdvertiseOnChange(t *testing.T) {
 				}
 				if !sg.carries {
 					continue
+				}
+				if i > 0 && segs[i-1].carries && segs[i-1].opt == sg.opt && sg.at.Sub(segs[i-1].at) < time.Millisecond {
+					continue // a copy: GSO cut one packet the writer wrote into these segments
+				}
+				if lastData != nil && sg.data && sg.at.Sub(lastData.at) < c.minInterval-2*time.Millisecond {
+					t.Errorf("min_interval %v, :%d segment %d: written %v after the write before it", c.minInterval, sport, i, sg.at.Sub(lastData.at))
 				}
 				if last != nil && !sg.syn && !isStep(last.opt, sg.opt) {
 					gap := sg.at.Sub(last.at)
@@ -268,13 +278,19 @@ func TestLabAdvertiseOnChange(t *testing.T) {
 					}
 				}
 				last = &segs[i]
+				if sg.data {
+					lastData = &segs[i]
+				}
 			}
 		}
 		ctr := hostCounters(t, name)
-		t.Logf("refresh %v: %d connections; the data connection's data segments: %d with the option, %d without, %d refreshes that were no step; counters %v",
-			c.refresh, len(conns), carrying, bare, refreshes, ctr)
+		t.Logf("refresh %v, min_interval %v: %d connections; the data connection's data segments: %d with the option, %d without, %d refreshes that were no step; counters %v",
+			c.refresh, c.minInterval, len(conns), carrying, bare, refreshes, ctr)
 		if ctr["no_room"] != 0 || ctr["unchanged"] == 0 {
 			t.Errorf("refresh %v: no_room %d (want 0), unchanged %d (want some)", c.refresh, ctr["no_room"], ctr["unchanged"])
+		}
+		if held := ctr["held"]; (c.minInterval != 0) != (held != 0) {
+			t.Errorf("min_interval %v: %d steps held", c.minInterval, held)
 		}
 		if bare == 0 || carrying == 0 {
 			t.Errorf("refresh %v: %d data segments with the option, %d without; want some of each", c.refresh, carrying, bare)

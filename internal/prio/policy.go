@@ -39,6 +39,9 @@ type HostPolicy struct {
 	// Refresh is the longest a sending connection goes without writing the option; between
 	// refreshes it writes only a change (0: every data segment).
 	Refresh time.Duration
+	// MinInterval is the shortest a connection goes between two writes of a change after its
+	// first data segment's (0: every change). Only with a Refresh.
+	MinInterval time.Duration
 }
 
 // DefaultRefresh is the host policy's refresh unless it says otherwise: a router that lost a
@@ -46,6 +49,13 @@ type HostPolicy struct {
 // a coarse-clock tick) of its sending; at a few hundred thousand segments a second that is one
 // segment in thousands. Keep it below the routers' move_gap (docs/prio.md).
 const DefaultRefresh = 10 * time.Millisecond
+
+// DefaultMinInterval is the host policy's min_interval unless it says otherwise (or its refresh
+// is this short or shorter): a bulk flow that the CPU limits advertises the whole of its next
+// GSO packet, then the tail, a change at every send, and without it carried the option on two
+// thirds of its segments, each off the receiver's header-prediction fast path (docs/prio.md,
+// "Cost"). A router moves a flow at most once per band_change_interval (10 ms by default).
+const DefaultMinInterval = time.Millisecond
 
 // duration reads a non-negative duration into to.
 func duration(el *config.Collector, v *yaml.Node, f string, to *time.Duration, example string) {
@@ -147,11 +157,17 @@ func LoadHostPolicy(file string) (*HostPolicy, error) {
 func ParseHostPolicy(file string, data []byte) (*HostPolicy, error) {
 	el := &config.Collector{File: file}
 	p := &HostPolicy{File: file, Refresh: DefaultRefresh}
+	minLine := 0 // where min_interval is set, if it is
 	root := el.Root(data, "a host policy needs `advertise:`, a list of selectors (docs/prio.md)")
 	if root != nil {
-		el.EachKey(root, "", []string{"advertise", "refresh"}, func(key string, v *yaml.Node) {
-			if key == "refresh" {
+		el.EachKey(root, "", []string{"advertise", "refresh", "min_interval"}, func(key string, v *yaml.Node) {
+			switch key {
+			case "refresh":
 				duration(el, v, key, &p.Refresh, "10ms (0: on every data segment)")
+				return
+			case "min_interval":
+				minLine = v.Line
+				duration(el, v, key, &p.MinInterval, "1ms (0: every change)")
 				return
 			}
 			if v.Kind != yaml.SequenceNode {
@@ -171,6 +187,14 @@ func ParseHostPolicy(file string, data []byte) (*HostPolicy, error) {
 		if !config.HasKey(root, "advertise") && root.Kind == yaml.MappingNode {
 			el.Add(root.Line, "advertise", "missing; list the selectors whose connections advertise")
 		}
+	}
+	switch {
+	case minLine == 0 && p.Refresh > DefaultMinInterval:
+		p.MinInterval = DefaultMinInterval
+	case minLine != 0 && p.MinInterval > 0 && p.Refresh == 0:
+		el.Add(minLine, "min_interval", "%v with refresh 0, which writes the option on every data segment; remove one of them", p.MinInterval)
+	case minLine != 0 && p.MinInterval > 0 && p.MinInterval >= p.Refresh:
+		el.Add(minLine, "min_interval", "%v is not below refresh (%v): a change would wait for the refresh; give less", p.MinInterval, p.Refresh)
 	}
 	if err := el.Err(); err != nil {
 		return nil, err

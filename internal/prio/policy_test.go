@@ -19,7 +19,8 @@ import (
 )
 
 // TestHostPolicy: every bad host policy names the file, line and field; refresh defaults to
-// DefaultRefresh, and 0 (every data segment) is kept.
+// DefaultRefresh and min_interval to DefaultMinInterval when the refresh is longer, and 0
+// (every data segment, every change) is kept.
 func TestHostPolicy(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ yaml, want string }{
@@ -29,16 +30,26 @@ func TestHostPolicy(t *testing.T) {
 		{"advertise: [{}]\nrefresh: often\n", `p.yaml:2: refresh: "often" is not a duration`},
 		{"advertise: [{}]\nrefresh: -1ms\n", `p.yaml:2: refresh: "-1ms" is not a duration`},
 		{"advertise: [{}]\nrefesh: 1ms\n", "p.yaml:2: refesh"},
+		{"advertise: [{}]\nmin_interval: -1ms\n", `p.yaml:2: min_interval: "-1ms" is not a duration`},
+		{"advertise: [{}]\nmin_interval: 2ms\nrefresh: 0\n", "p.yaml:2: min_interval: 2ms with refresh 0"},
+		{"advertise: [{}]\nrefresh: 5ms\nmin_interval: 5ms\n", "p.yaml:3: min_interval: 5ms is not below refresh (5ms)"},
 	} {
 		_, err := ParseHostPolicy("p.yaml", []byte(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: got %v, want an error containing %q", c.yaml, err, c.want)
 		}
 	}
-	for yaml, want := range map[string]time.Duration{"": DefaultRefresh, "refresh: 0\n": 0, "refresh: 50ms\n": 50 * time.Millisecond} {
+	for yaml, want := range map[string][2]time.Duration{
+		"":                    {DefaultRefresh, DefaultMinInterval},
+		"refresh: 0\n":        {0, 0},
+		"refresh: 50ms\n":     {50 * time.Millisecond, DefaultMinInterval},
+		"refresh: 1ms\n":      {time.Millisecond, 0},
+		"min_interval: 0\n":   {DefaultRefresh, 0},
+		"min_interval: 3ms\n": {DefaultRefresh, 3 * time.Millisecond},
+	} {
 		p, err := ParseHostPolicy("p.yaml", []byte("advertise: [{remote_port: 5201}]\n"+yaml))
-		if err != nil || p.Refresh != want || len(p.Advertise) != 1 {
-			t.Errorf("%q: %+v, %v; want refresh %v", yaml, p, err, want)
+		if err != nil || p.Refresh != want[0] || p.MinInterval != want[1] || len(p.Advertise) != 1 {
+			t.Errorf("%q: %+v, %v; want refresh %v, min_interval %v", yaml, p, err, want[0], want[1])
 		}
 	}
 }

@@ -63,7 +63,7 @@ type Status struct {
 }
 
 var routerCounterNames = []string{"packets", "parsed", "sctp", "no_option", "malformed", "untrusted", "capped", "other", "band_change", "change_held", "no_state", "idle_reset", "move_wait", "cached"}
-var hostCounterNames = []string{"matched", "unmatched", "written", "no_room", "no_tcp_sock", "unchanged", "no_storage"}
+var hostCounterNames = []string{"matched", "unmatched", "written", "no_room", "no_tcp_sock", "unchanged", "no_storage", "held"}
 
 // ReadStatus reads every router of this network namespace and every host attachment.
 func ReadStatus() (*Status, error) {
