@@ -308,16 +308,18 @@ static __always_inline int move_refused(int informed, __u64 last_change, __u64 g
  * reads what the copy holds exactly (last_change: a move bumps gen) or no later than the table
  * (last_seen: the gap is no shorter, so a move the copy puts off the table would too). */
 
-/* cache_slot hashes the flow key (multiply-add over its five 64-bit words) to a slot. */
+/* cache_slot hashes the flow key to a slot: its five 64-bit words folded by XOR, the halves
+ * folded, then one multiply, whose bits 32 and up mix every bit below them. A multiply-add per
+ * word was a chain of five dependent multiplications ahead of every lookup. Flows whose words
+ * fold alike share a slot and take turns in it: a copy serves only its own key. */
 static __always_inline __u32 cache_slot(const struct prio_flow_key *key)
 {
-	__u64 w[sizeof(*key) / 8], h = 0;
+	__u64 w[sizeof(*key) / 8], h;
 
 	__builtin_memcpy(w, key, sizeof(w));
-#pragma unroll
-	for (int i = 0; i < sizeof(w) / 8; i++)
-		h = (h + w[i]) * 0x9e3779b97f4a7c15ULL;
-	return (h >> 32) & (cache_slots - 1);
+	h = (w[0] ^ w[1]) ^ (w[2] ^ w[3]) ^ w[4];
+	h ^= h >> 32;
+	return (h * 0x9e3779b97f4a7c15ULL >> 32) & (cache_slots - 1);
 }
 
 static __always_inline int same_key(const struct prio_flow_key *a, const struct prio_flow_key *b)
@@ -416,8 +418,7 @@ static __always_inline int fast_path(struct __sk_buff *skb, struct prio_flow_cac
 		fp_count(&prio_stats, PRIO_STAT_UNTRUSTED);
 	if (capped)
 		fp_count(&prio_stats, PRIO_STAT_CAPPED);
-	fp_count(&prio_stats, PRIO_STAT_CACHED);
-	skb->priority = c->classid;
+	skb->priority = c->classid; /* not counted: parsed/no_option less table is the cache's */
 	return 1;
 }
 
@@ -444,8 +445,8 @@ int prio_classify(struct __sk_buff *skb)
 	__u32 band, target, slot, ports, *gen = NULL, fill_gen = 0;
 	int proto, frag = 0, informed, capped = 0;
 
-	fp_count(&prio_stats, PRIO_STAT_PACKETS);
 	if (scheme == PRIO_SCHEME_FIFO) {
+		fp_count(&prio_stats, PRIO_STAT_FIFO);
 		skb->priority = classid(0, 0);
 		return TCX_NEXT;
 	}
@@ -535,6 +536,7 @@ int prio_classify(struct __sk_buff *skb)
 		}
 	}
 
+	fp_count(&prio_stats, PRIO_STAT_TABLE);
 	/* Whether a flow's source is trusted is looked up once, when the flow is new: its source
 	 * address does not change, nor does prio_trust after loading. */
 	f = bpf_map_lookup_elem(&prio_flows, key);

@@ -22,7 +22,7 @@ enum prio_limit {
 	PRIO_MAX_THRESH = 8,	 /* router: band edges */
 	PRIO_MAX_BANDS = 16,
 	PRIO_MAX_LEAVES = 64,
-	PRIO_CACHE_SYNC = 16, /* router: fast-path packets between two syncs of a cached flow */
+	PRIO_CACHE_SYNC = 64, /* router: fast-path packets between two syncs of a cached flow */
 };
 
 /* Router schemes (policy `scheme`). */
@@ -100,9 +100,11 @@ struct prio_lpm_key {
 	__u8 addr[16];
 };
 
-/* Router counters. */
+/* Router counters. A packet costs one or two: every packet the classifier saw is under exactly
+ * one of FIFO, PARSED, SCTP, NO_OPTION, MALFORMED and OTHER, and a flow's packets that did not
+ * take the table (TABLE) came from the cache; `prio status` adds them up (status.go). */
 enum prio_stat {
-	PRIO_STAT_PACKETS,     /* every packet the classifier saw */
+	PRIO_STAT_FIFO,	       /* fifo: a packet classified without parsing */
 	PRIO_STAT_PARSED,      /* carried our TCP option */
 	PRIO_STAT_SCTP,	       /* carried the original SCTP chunk */
 	PRIO_STAT_NO_OPTION,   /* TCP/UDP/SCTP without information */
@@ -115,7 +117,7 @@ enum prio_stat {
 	PRIO_STAT_NO_STATE,    /* the flow table refused an entry: default class */
 	PRIO_STAT_IDLE_RESET,  /* pias: a flow idle for idle_reset started over in band 0 */
 	PRIO_STAT_MOVE_WAIT,   /* a move put off: the flow sent within move_gap */
-	PRIO_STAT_CACHED,      /* classified from the CPU's flow cache, without the flow table */
+	PRIO_STAT_TABLE,       /* a flow's packet that took the flow table, not the cache */
 	PRIO_STAT_MAX,
 };
 

@@ -62,7 +62,30 @@ type Status struct {
 	Hosts   []HostStatus   `json:"hosts"`
 }
 
-var routerCounterNames = []string{"packets", "parsed", "sctp", "no_option", "malformed", "untrusted", "capped", "other", "band_change", "change_held", "no_state", "idle_reset", "move_wait", "cached"}
+// routerStatNames name the classifier's counters (enum prio_stat); routerCounterNames are
+// what status reports, packets and cached added up from them (routerCounters).
+var (
+	routerStatNames    = []string{"fifo", "parsed", "sctp", "no_option", "malformed", "untrusted", "capped", "other", "band_change", "change_held", "no_state", "idle_reset", "move_wait", "table"}
+	routerCounterNames = []string{"packets", "parsed", "sctp", "no_option", "malformed", "untrusted", "capped", "other", "band_change", "change_held", "no_state", "idle_reset", "move_wait", "cached"}
+)
+
+// routerCounters turns the classifier's counters into status's: every packet is under exactly
+// one of fifo, parsed, sctp, no_option, malformed and other, and a flow's packet that did not
+// take the table came from the cache. The programs count no total, to save a counter update per
+// packet (a sixth of the classifier's time went to three).
+func routerCounters(raw map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range raw {
+		if k != "fifo" && k != "table" {
+			out[k] = v
+		}
+	}
+	flows := raw["parsed"] + raw["sctp"] + raw["no_option"]
+	out["packets"] = raw["fifo"] + flows + raw["malformed"] + raw["other"]
+	out["cached"] = flows - min(raw["table"], flows) // per-CPU sums read apart: never below 0
+	return out
+}
+
 var hostCounterNames = []string{"matched", "unmatched", "written", "no_room", "no_tcp_sock", "unchanged", "no_storage", "held"}
 
 // ReadStatus reads every router of this network namespace and every host attachment.
@@ -128,10 +151,11 @@ func minorString(id uint32) string { return fmt.Sprintf("%x:%x", id>>16, id&0xff
 func routerStatus(ns string, rec RouterRecord) (*RouterStatus, error) {
 	rs := &RouterStatus{RouterRecord: rec, Classes: []ClassStatus{}, Flows: []FlowStatus{}}
 	dir := pin.Path(routerPin(ns, rec.Dev)...)
-	var err error
-	if rs.Counters, err = readCounters(filepath.Join(dir, "stats"), routerCounterNames); err != nil {
+	raw, err := readCounters(filepath.Join(dir, "stats"), routerStatNames)
+	if err != nil {
 		return nil, err
 	}
+	rs.Counters = routerCounters(raw)
 	l, err := netlink.LinkByName(rec.Dev)
 	if err != nil {
 		return nil, fmt.Errorf("interface %q: no such network interface", rec.Dev)
