@@ -29,6 +29,7 @@ import (
 // periods. Rounds of separate flows (throughputCost) carry each connection's own luck (buffer
 // autotuning, where its pages and timers fall) and the machine's drift between rounds; within
 // one flow, a few seconds apart, both cancel.
+
 // flowState is what the cgroup's writers and r1's tcx egress hook hold for a period.
 type flowState struct {
 	key, name string

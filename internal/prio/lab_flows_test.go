@@ -192,9 +192,9 @@ var notsentRE = regexp.MustCompile(`notsent:(\d+)`)
 // segment (refresh 0) notsent must lie in [after − 4 segments, before]. By default the writer
 // skips changes below a step (an eighth of what it last wrote), so r1's value may be that much
 // older, and min_interval may hold a step for up to two segments at this rate (1 ms and two
-// coarse-clock ticks): [after − after/8 − 6 segments, before]. Over IPv4 and IPv6, in both modes. h1's TSO and
-// GSO are off for this: with them the kernel writes the option once per super-packet of up to
-// 64 KB, and the advertisement includes the whole of it (docs/prio.md).
+// coarse-clock ticks): [after − after/8 − 6 segments, before]. Over IPv4 and IPv6, in both
+// modes. h1's TSO and GSO are off for this: with them the kernel writes the option once per
+// super-packet of up to 64 KB, and the advertisement includes the whole of it (docs/prio.md).
 func TestLabBacklogAgreesWithSS(t *testing.T) {
 	t.Parallel()
 	fl := newFlowLab(t)

@@ -52,8 +52,8 @@ const DefaultRefresh = 10 * time.Millisecond
 
 // DefaultMinInterval is the host policy's min_interval unless it says otherwise (or its refresh
 // is this short or shorter): a bulk flow that the CPU limits advertises the whole of its next
-// GSO packet, then the tail, a change at every send, and without it carried the option on two
-// thirds of its segments, each off the receiver's header-prediction fast path (docs/prio.md,
+// GSO packet, then the tail, a change at every send, and without it carried the option on
+// 69–75 % of its segments, each off the receiver's header-prediction fast path (docs/prio.md,
 // "Cost"). A router moves a flow at most once per band_change_interval (10 ms by default).
 const DefaultMinInterval = time.Millisecond
 
