@@ -87,6 +87,15 @@ func Resolve(arg string) (string, error) {
 	return p, nil
 }
 
+// HostPath is path as the host names it, without the /proc/PID/root that Resolve puts before
+// it under `ip netns exec`: what flowplane shows and records for people to read.
+func HostPath(path string) string {
+	if host, ok := hostRoot(path); ok {
+		return strings.TrimPrefix(path, host)
+	}
+	return path
+}
+
 // hostRoot is /proc/PID/root when Mount found cgroup v2 through an ancestor's root.
 func hostRoot(mount string) (string, bool) {
 	rest, ok := strings.CutPrefix(mount, "/proc/")

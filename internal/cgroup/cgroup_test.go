@@ -16,7 +16,8 @@ const resolveEnv = "FP_CGROUP_RESOLVE"
 
 // TestResolveUnderIPNetnsExec: `ip netns exec` mounts a fresh /sys, which hides cgroup v2;
 // Resolve still finds the cgroup a user names by its host path (or relative to the mount), as
-// the same directory the host sees. The test binary runs itself under `ip netns exec` (TestMain).
+// the same directory the host sees, and HostPath gives it back by the host's name. The test
+// binary runs itself under `ip netns exec` (TestMain).
 func TestResolveUnderIPNetnsExec(t *testing.T) {
 	testenv.Privileged(t)
 	testenv.Need(t, "ip")
@@ -45,6 +46,9 @@ func TestResolveUnderIPNetnsExec(t *testing.T) {
 		var st unix.Stat_t
 		if err := unix.Stat(got, &st); err != nil || st.Dev != want.Dev || st.Ino != want.Ino {
 			t.Errorf("--cgroup %s under ip netns exec resolved to %q, not %s (%v)", arg, got, cg, err)
+		}
+		if h := HostPath(got); h != cg {
+			t.Errorf("HostPath(%q) = %q, want the host's name for it, %s", got, h, cg)
 		}
 	}
 }

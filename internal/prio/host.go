@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/runstate"
 )
@@ -104,7 +105,7 @@ func Host(name, cgroupPath string, p *HostPolicy) (err error) {
 	if err := objs.PrioHostStats.Pin(filepath.Join(dir, "stats")); err != nil {
 		return fmt.Errorf("pin host counters: %w", err)
 	}
-	return runstate.Save(subsystem, "host-"+name, &HostRecord{Name: name, Cgroup: cgroupPath, File: p.File, Refresh: p.Refresh, MinInterval: p.MinInterval})
+	return runstate.Save(subsystem, "host-"+name, &HostRecord{Name: name, Cgroup: cgroup.HostPath(cgroupPath), File: p.File, Refresh: p.Refresh, MinInterval: p.MinInterval})
 }
 
 // HostProgram loads the option writer for p without attaching it, for benchmarks; close the

@@ -83,7 +83,7 @@ func applyCmd(name *string) *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "policy %s applied to cgroup %s (%d profiles, %d rules, generation %d); `flowplane tune run -- CMD` starts a tuned command\n",
-				rec.Name, rec.Cgroup, len(pol.Profiles), len(pol.Rules), rec.Generation)
+				rec.Name, cgroup.HostPath(rec.Cgroup), len(pol.Profiles), len(pol.Rules), rec.Generation)
 			return nil
 		},
 	}

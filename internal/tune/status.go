@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/match"
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/stats"
@@ -105,7 +106,7 @@ func ReadStatus(name string, k Kernel) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &Status{Name: rec.Name, File: rec.File, Cgroup: rec.Cgroup, Applied: rec.Applied, OtherSockOp: []OtherProgram{},
+	st := &Status{Name: rec.Name, File: rec.File, Cgroup: cgroup.HostPath(rec.Cgroup), Applied: rec.Applied, OtherSockOp: []OtherProgram{},
 		Counters: map[string]uint64{}}
 	pol, err := Parse(rec.File, []byte(rec.YAML), k)
 	if err != nil {
