@@ -64,7 +64,7 @@ func hostCmd() *cobra.Command {
 					when = fmt.Sprintf("on changes at most every %v, at least every %v", p.MinInterval, p.Refresh)
 				}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "prio host %s: %d selector(s) on %s; the option written %s\n", name, len(p.Advertise), path, when)
+			fmt.Fprintf(cmd.OutOrStdout(), "prio host %s: %d selector(s) on %s; the option written %s\n", name, len(p.Advertise), cgroup.HostPath(path), when)
 			return nil
 		},
 	}
