@@ -96,6 +96,20 @@ func HostPath(path string) string {
 	return path
 }
 
+// Reach turns a cgroup path flowplane recorded earlier into one that works from here: taken
+// under `ip netns exec` it goes through an ancestor's root, which is gone once that process
+// exits, and the host's path is hidden under `ip netns exec`. path itself if neither helps.
+func Reach(path string) string {
+	p := HostPath(path)
+	if isCgroup2(p) {
+		return p
+	}
+	if r, err := Resolve(p); err == nil {
+		return r
+	}
+	return path
+}
+
 // hostRoot is /proc/PID/root when Mount found cgroup v2 through an ancestor's root.
 func hostRoot(mount string) (string, bool) {
 	rest, ok := strings.CutPrefix(mount, "/proc/")

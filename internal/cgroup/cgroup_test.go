@@ -16,8 +16,8 @@ const resolveEnv = "FP_CGROUP_RESOLVE"
 
 // TestResolveUnderIPNetnsExec: `ip netns exec` mounts a fresh /sys, which hides cgroup v2;
 // Resolve still finds the cgroup a user names by its host path (or relative to the mount), as
-// the same directory the host sees, and HostPath gives it back by the host's name. The test
-// binary runs itself under `ip netns exec` (TestMain).
+// the same directory the host sees, and HostPath gives it back by the host's name (Reach, from
+// a record). The test binary runs itself under `ip netns exec` (TestMain).
 func TestResolveUnderIPNetnsExec(t *testing.T) {
 	testenv.Privileged(t)
 	testenv.Need(t, "ip")
@@ -50,6 +50,10 @@ func TestResolveUnderIPNetnsExec(t *testing.T) {
 		if h := HostPath(got); h != cg {
 			t.Errorf("HostPath(%q) = %q, want the host's name for it, %s", got, h, cg)
 		}
+	}
+	// A path recorded under `ip netns exec` through a process that has exited since.
+	if r := Reach("/proc/999999999/root" + cg); r != cg {
+		t.Errorf("Reach of %s through an exited process = %q, want %s", cg, r, cg)
 	}
 }
 

@@ -101,8 +101,8 @@ func Apply(pol *Policy, src []byte, opt ApplyOptions) (*Record, error) {
 	c := compile(pol)
 	rec, err := LoadRecord(opt.Name)
 	if err == nil {
-		if opt.Cgroup != "" && opt.Cgroup != rec.Cgroup {
-			return nil, fmt.Errorf("%w: %s is on %s; `flowplane tune remove` it (or use --name) before applying to %s", ErrOtherCgroup, opt.Name, rec.Cgroup, opt.Cgroup)
+		if opt.Cgroup != "" && cgroup.HostPath(opt.Cgroup) != cgroup.HostPath(rec.Cgroup) {
+			return nil, fmt.Errorf("%w: %s is on %s; `flowplane tune remove` it (or use --name) before applying to %s", ErrOtherCgroup, opt.Name, cgroup.HostPath(rec.Cgroup), cgroup.HostPath(opt.Cgroup))
 		}
 		m, err := openPinned(opt.Name)
 		if err == nil {
@@ -187,7 +187,7 @@ func applyNew(c *compiled, pol *Policy, src []byte, opt ApplyOptions, stale *Rec
 			rec.CreatedCgroup = true
 		} else if !errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("create cgroup %s: %w", rec.Cgroup, err)
-		} else if stale != nil && stale.CreatedCgroup && stale.Cgroup == rec.Cgroup {
+		} else if stale != nil && stale.CreatedCgroup && cgroup.HostPath(stale.Cgroup) == cgroup.HostPath(rec.Cgroup) {
 			rec.CreatedCgroup = true
 		}
 	}
@@ -358,7 +358,7 @@ func Remove(name string) error {
 	}
 	if rec != nil {
 		if rec.CreatedCgroup {
-			if err := cgroup.Remove(rec.Cgroup); err != nil {
+			if err := cgroup.Remove(cgroup.Reach(rec.Cgroup)); err != nil {
 				return err
 			}
 		}

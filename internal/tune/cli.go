@@ -112,7 +112,7 @@ func runCmd(name *string) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				path = rec.Cgroup
+				path = cgroup.Reach(rec.Cgroup)
 			} else {
 				var err error
 				if path, err = cgroup.Resolve(path); err != nil {

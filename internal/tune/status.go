@@ -124,7 +124,7 @@ func ReadStatus(name string, k Kernel) (*Status, error) {
 		return nil, fmt.Errorf("read the live generation: %w", err)
 	}
 	st.Generation = gen >> genShift
-	if err := st.readLink(name, rec.Cgroup); err != nil {
+	if err := st.readLink(name, cgroup.Reach(rec.Cgroup)); err != nil {
 		return nil, err
 	}
 	counts, err := stats.All(m.TuneStats)
