@@ -70,7 +70,7 @@ func TestParseBadFiles(t *testing.T) {
 		{"duplicate key", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    rate: 1gbit\n    rate: 2gbit\n",
 			[]string{`bad.yaml:6: links[0].rate: key "rate" given twice`}},
 		{"several at once", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    rate: 0mbit\n    loss: -1\n",
-			[]string{`bad.yaml:5: links[0].rate: "0mbit" is out of range; a rate is between 8kbit and 1tbit`,
+			[]string{`bad.yaml:5: links[0].rate: "0mbit": a rate of 0 sends nothing; give one above 0, e.g. 100mbit`,
 				`bad.yaml:6: links[0].loss: "-1" is out of range; a percentage is from 0 to 100`}},
 	}
 	for _, c := range cases {

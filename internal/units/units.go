@@ -24,11 +24,17 @@ func ParseRate(s string) (uint64, error) {
 	if strings.HasSuffix(unit, "bps") {
 		return 0, fmt.Errorf("%q is ambiguous: tc reads bps as bytes per second; write bits: kbit, mbit, gbit", s)
 	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	if v == 0 {
+		return 0, fmt.Errorf("%q: a rate of 0 sends nothing; give one above 0, e.g. 100mbit", s)
+	}
+	if unit == "" {
+		return 0, fmt.Errorf("%q has no unit; write one, e.g. %smbit (bit, kbit, mbit, gbit or tbit)", s, m[1])
+	}
 	mult, ok := rateUnits[unit]
 	if !ok {
 		return 0, fmt.Errorf("%q has unknown unit %q; use bit, kbit, mbit, gbit or tbit", s, m[2])
 	}
-	v, _ := strconv.ParseFloat(m[1], 64)
 	bits := v * mult
 	if bits < 8000 || bits > 1e12 {
 		return 0, fmt.Errorf("%q is out of range; a rate is between 8kbit and 1tbit", s)

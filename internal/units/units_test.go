@@ -1,6 +1,9 @@
 package units
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestRates(t *testing.T) {
 	t.Parallel()
@@ -8,6 +11,20 @@ func TestRates(t *testing.T) {
 		got, err := ParseRate(in)
 		if err != nil || got != want {
 			t.Errorf("ParseRate(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	// Each refusal says what is wrong and how to write it.
+	for in, want := range map[string]string{
+		"0":          "a rate of 0 sends nothing",
+		"0mbit":      "a rate of 0 sends nothing",
+		"100":        `"100" has no unit; write one, e.g. 100mbit`,
+		"10furlongs": `unknown unit "furlongs"`,
+		"1mbps":      "bytes per second",
+		"1kbit":      "out of range",
+		"fast":       "not a rate",
+	} {
+		if _, err := ParseRate(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseRate(%q) = %v; want an error with %q", in, err, want)
 		}
 	}
 	for bps, want := range map[uint64]string{1e9: "1gbit", 1.5e6: "1500kbit", 2e5: "200kbit"} {
