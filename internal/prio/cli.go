@@ -26,7 +26,7 @@ func Command() *cobra.Command {
 		Short: "Prioritize flows at a bottleneck from the send backlog their hosts advertise",
 		Long: `prio has two halves. On hosts, "prio host" attaches a sock_ops program to a cgroup v2: the
 connections its policy selects carry their unsent bytes and send-buffer occupancy in a TCP
-option on every data segment. On a router, "prio router" builds an HTB tree on the bottleneck
+option, on the SYN and on data segments when they change (policy: min_interval, refresh). On a router, "prio router" builds an HTB tree on the bottleneck
 interface and a classifier at its tcx egress that puts each flow into a class by the policy's
 scheme. Routers are per network namespace and device; see docs/prio.md.`,
 	}
@@ -159,7 +159,7 @@ func removeCmd() *cobra.Command {
 		Short: "undo prio router on a device and/or prio host: no qdisc, program or pin left",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if dev == "" && !cmd.Flags().Changed("host") {
+			if dev == "" && name == "" {
 				return cli.Usagef("prio remove needs --dev IF (a router) or --host NAME (a host attachment)")
 			}
 			if dev != "" {
@@ -169,7 +169,7 @@ func removeCmd() *cobra.Command {
 					return err
 				}
 			}
-			if cmd.Flags().Changed("host") {
+			if name != "" {
 				if err := RemoveHost(name); errors.Is(err, os.ErrNotExist) {
 					return cli.Usagef("no prio host attachment %q", name)
 				} else if err != nil {
@@ -180,6 +180,6 @@ func removeCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&dev, "dev", "", "the router device")
-	cmd.Flags().StringVar(&name, "host", "default", "the host attachment's name")
+	cmd.Flags().StringVar(&name, "host", "", `the host attachment's name ("default" unless prio host had --name)`)
 	return cmd
 }

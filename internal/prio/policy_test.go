@@ -158,7 +158,7 @@ func TestRouterBadInputAppliesNothing(t *testing.T) {
 			args []string
 			want string
 		}{
-			{[]string{"--dev", dev.Name, "--rate", "0", "--policy", good}, "--rate"},
+			{[]string{"--dev", dev.Name, "--rate", "0", "--policy", good}, "--rate: \"0\": a rate of 0 sends nothing"},
 			{[]string{"--dev", dev.Name, "--rate", "fast", "--policy", good}, "--rate"},
 			{[]string{"--dev", dev.Name, "--rate", "10mbit", "--policy", bad}, "bad.yaml:2: leaves"},
 			{[]string{"--dev", dev.Name, "--rate", "10mbit", "--policy", filepath.Join(dir, "none.yaml")}, "none.yaml"},
@@ -169,6 +169,19 @@ func TestRouterBadInputAppliesNothing(t *testing.T) {
 			_, err := runCLI(append([]string{"router"}, c.args...)...)
 			if cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("prio router %v: exit %d, %v; want exit 2 with %q", c.args, cli.ExitCode(err), err, c.want)
+			}
+		}
+		for _, c := range []struct {
+			args []string
+			want string
+		}{
+			{nil, "needs --dev IF (a router) or --host NAME"},
+			{[]string{"--host", "fpnosuch"}, `no prio host attachment "fpnosuch"`},
+			{[]string{"--dev", dev.Name}, "no prio router on " + dev.Name},
+		} {
+			_, err := runCLI(append([]string{"remove"}, c.args...)...)
+			if cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("prio remove %v: exit %d, %v; want exit 2 with %q", c.args, cli.ExitCode(err), err, c.want)
 			}
 		}
 		for _, d := range []string{dev.Name, busy.Name} {
