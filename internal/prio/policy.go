@@ -329,17 +329,18 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 		if p.Thresholds == nil {
 			p.Thresholds = defaultBacklogThresholds
 		}
-		// Each band guaranteed an equal share: an idle leaf of the top band then holds a
-		// full bucket of tokens, so a new short flow's first packets go out at once, ahead
-		// of everything that borrows (HTB serves classes within their rate first); strict
-		// priority orders only what bands borrow beyond it (measured: docs/prio.md).
-		if !config.HasKey(root, "min_rate") {
-			p.MinRate = 1 / float64(p.Bands())
-		}
 	case PIAS:
 		if p.Thresholds == nil {
 			p.Thresholds = defaultPIASThresholds
 		}
+	}
+	// backlog and pias: each band guaranteed an equal share. An idle leaf of the top band
+	// then holds a full bucket of tokens, so a new short flow's first packets go out at once,
+	// ahead of everything that borrows (HTB serves classes within their rate first); strict
+	// priority orders only what bands borrow beyond it. With 1 % each, short flows waited
+	// behind the borrowers (measured for both: docs/prio.md).
+	if (p.Scheme == Backlog || p.Scheme == PIAS) && !config.HasKey(root, "min_rate") {
+		p.MinRate = 1 / float64(p.Bands())
 	}
 	var problems []string
 	if (p.Scheme == Occupancy || p.Scheme == Backlog) && len(p.Trust) == 0 {

@@ -84,7 +84,7 @@ func TestRouterPolicyErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Leaves != 64 || p.Limit != 32 || p.MinRate != 0.01 || p.ChangeInterval != 10*time.Millisecond ||
+	if p.Leaves != 64 || p.Limit != 32 || p.MinRate != 0.25 || p.ChangeInterval != 10*time.Millisecond ||
 		p.IdleReset != 100*time.Millisecond || len(p.Thresholds) != 3 || p.Bands() != 4 || p.DefaultBand() != 0 {
 		t.Errorf("defaults: %+v", p)
 	}
@@ -92,7 +92,7 @@ func TestRouterPolicyErrors(t *testing.T) {
 	if p, err := ParseRouterPolicy("p.yaml", []byte("scheme: fifo\n")); err != nil || p.Leaves != 1 || p.Limit != 2048 {
 		t.Errorf("fifo defaults: %+v, %v", p, err)
 	}
-	// backlog: every band guaranteed an equal share unless the policy says otherwise.
+	// backlog (and pias, above): every band guaranteed an equal share unless the policy says otherwise.
 	for yaml, want := range map[string]float64{"": 0.25, "thresholds: [10KB]\n": 1.0 / 3, "min_rate: 1%\n": 0.01} {
 		p, err := ParseRouterPolicy("p.yaml", []byte("scheme: backlog\ntrust: [198.18.0.0/15]\n"+yaml))
 		if err != nil {
