@@ -26,9 +26,10 @@ func Command() *cobra.Command {
 		Short: "Prioritize flows at a bottleneck from the send backlog their hosts advertise",
 		Long: `prio has two halves. On hosts, "prio host" attaches a sock_ops program to a cgroup v2: the
 connections its policy selects carry their unsent bytes and send-buffer occupancy in a TCP
-option, on the SYN and on data segments when they change (policy: min_interval, refresh). On a router, "prio router" builds an HTB tree on the bottleneck
-interface and a classifier at its tcx egress that puts each flow into a class by the policy's
-scheme. Routers are per network namespace and device; see docs/prio.md.`,
+option, on the SYN and on data segments when they change (policy: min_interval, refresh). On a
+router, "prio router" builds an HTB tree on the bottleneck interface and a classifier at its tcx
+egress that puts each flow into a class by the policy's scheme. Routers are per network
+namespace and device; see docs/prio.md.`,
 	}
 	cmd.AddCommand(hostCmd(), routerCmd(),
 		cli.StatusCommand("per-class packets, bytes and drops, per-flow advertised backlog and class, counters", ReadStatus, printStatus),
