@@ -45,7 +45,14 @@ func LoadRecord(name string) (*Record, error) {
 	return &r, nil
 }
 
-func saveRecord(r *Record) error { return runstate.Save(subsystem, r.Name, r) }
+// saveRecord records r with its cgroup by the host's name, as prio's host record has it: a path
+// taken under `ip netns exec` goes through an ancestor's root, gone once that process exits
+// (readers reach it again with cgroup.Reach).
+func saveRecord(r *Record) error {
+	saved := *r
+	saved.Cgroup = cgroup.HostPath(r.Cgroup)
+	return runstate.Save(subsystem, r.Name, &saved)
+}
 
 func pinParts(name string) []string { return []string{"tune", name} }
 
