@@ -593,14 +593,14 @@ func TestLabIperfBothCPUs(t *testing.T) {
 	if s.out-s.in+s.notIPLost != s.drops {
 		t.Errorf("loss from the probes %d (and %d not IP), the loss program dropped %d", s.out-s.in, s.notIPLost, s.drops)
 	}
-	// Read gives the same sums (both colors) and zeroes them.
-	for _, x := range []struct {
-		p    *Probe
-		want int64
-	}{{p1, s1.out}, {p2, s1.in}} {
+	// Read gives the same sums (both colors) and zeroes them. A late frame (a neighbour or MLD
+	// message) can still cross after the link went quiet, so a few are allowed.
+	const late = 8
+	for _, p := range []*Probe{p1, p2} {
+		before, _ := perCPU(p)
 		var n int64
 		for c := range int64(2) {
-			cs, _, err := x.p.Read(c)
+			cs, _, err := p.Read(c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -608,8 +608,9 @@ func TestLabIperfBothCPUs(t *testing.T) {
 				n += r.Packets
 			}
 		}
-		if n != x.want {
-			t.Errorf("Read: %d packets, the map held %d", n, x.want)
+		rest, _ := perCPU(p)
+		if n < before || n+rest > before+late {
+			t.Errorf("Read: %d packets, the map held %d before and %d after", n, before, rest)
 		}
 	}
 	out := s.out
