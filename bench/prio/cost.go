@@ -263,8 +263,7 @@ func (b *bench) throughputCost(ctx context.Context, mode string) error {
 		t.Add(a.name, m/1e9, m/base, fmt.Sprintf("%.3f (%.3f–%.3f)", report.Median(paired), slices.Min(paired), slices.Max(paired)),
 			ratioInterval(paired), c, baseCPU/c, percentile(resent[a.name], 50))
 	}
-	cc, _ := b.cmd(ctx, "s1", "sysctl", "-n", "net.ipv4.tcp_congestion_control")
-	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of iperf3 (congestion control: %s, the system's default), each round starting one arm later, %v after %v of warm-up, the sender, r1, r2 and the receiver on one CPU; %s. Ratio to its baseline: each round's goodput over the same round's HTB (fifo) for the arms over HTB, over plain forwarding for the others: median (min–max), and geometric mean with its 95 %% interval. CPU: the whole machine's busy time (/proc/stat) in the window per gigabit moved.", rounds, strings.TrimSpace(string(cc)), costWindow, costWarmUp, offloadTitle[mode]))
+	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of iperf3 (congestion control: %s), each round starting one arm later, %v after %v of warm-up, the sender, r1, r2 and the receiver on one CPU; %s. Ratio to its baseline: each round's goodput over the same round's HTB (fifo) for the arms over HTB, over plain forwarding for the others: median (min–max), and geometric mean with its 95 %% interval. CPU: the whole machine's busy time (/proc/stat) in the window per gigabit moved.", rounds, b.c.costCC, costWindow, costWarmUp, offloadTitle[mode]))
 	b.table(t)
 	b.res.Data["throughput_bps_"+offloadKey[mode]] = got
 	b.res.Data["cpu_s_per_gbit_"+offloadKey[mode]] = cpuPerGbit
@@ -296,7 +295,7 @@ func (b *bench) iperf3(ctx context.Context, dst string, advertise, room bool) (b
 	var out []byte
 	for try := 0; ; try++ { // until the server listens
 		time.Sleep(100 * time.Millisecond)
-		args := []string{"-c", dst, "-J", "-O", strconv.Itoa(int(costWarmUp.Seconds())), "-t", strconv.Itoa(int(costWindow.Seconds()))}
+		args := []string{"-c", dst, "-C", b.c.costCC, "-J", "-O", strconv.Itoa(int(costWarmUp.Seconds())), "-t", strconv.Itoa(int(costWindow.Seconds()))}
 		if room {
 			args = append(args, "-M", strconv.Itoa(roomMSS))
 		}

@@ -76,6 +76,7 @@ type config struct {
 	flowStates  []flowState
 	costArms    []costArm
 	costOffload []string // offload modes of the throughput rounds, in this order
+	costCC      string   // the cost flows' congestion control (iperf3 -C)
 	workloads   []string
 	loads       []float64
 	dur         time.Duration
@@ -110,6 +111,7 @@ func main() {
 	flowStateKeys := flag.String("flow-states", "plain,writer+classifier", "cost: states within one flow (plain, the baseline, among them)")
 	costArmKeys := flag.String("cost-arms", "plain,room,tcx-empty,writer,classifier,writer+classifier,htb,htb+classifier,writer+htb+classifier", "cost: arms measured (plain first, the baseline)")
 	costOffload := flag.String("cost-offload", "on,off", "cost: offload modes of the throughput rounds: on (the sender's TSO/GSO), off (MTU-sized packets end to end), gro (MTU-sized on the wire, GRO on r1's ingress)")
+	flag.StringVar(&c.costCC, "cost-cc", "cubic", "cost: the flows' congestion control (bbr drains a flow for 200 ms every 10 s in PROBE_RTT, which lands in one state's period at random)")
 	flag.DurationVar(&c.dur, "d", 60*time.Second, "fair: measured window per run")
 	flag.DurationVar(&c.fctDur, "fct-d", 100*time.Second, "fct: arrival period per run (100 s: a few hundred small flows per run, so a p99 is not one flow)")
 	rate := flag.String("rate", "100mbit", "bottleneck rate")

@@ -110,7 +110,7 @@ func (b *bench) throughputWithinFlow(ctx context.Context, mode string) error {
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
 	time.Sleep(300 * time.Millisecond)
 	dst := netip.MustParseAddrPort(splitFirst(b.dsts)).Addr().String()
-	cli, err := b.command(ctx, "s1", "iperf3", "-c", dst, "-t", strconv.Itoa(int(total.Seconds())+1))
+	cli, err := b.command(ctx, "s1", "iperf3", "-c", dst, "-C", b.c.costCC, "-t", strconv.Itoa(int(total.Seconds())+1))
 	if err != nil {
 		return err
 	}
@@ -129,6 +129,9 @@ func (b *bench) throughputWithinFlow(ctx context.Context, mode string) error {
 	got := map[string][]float64{}
 	for cycle := range cycles {
 		for i := range states {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			st := states[(cycle+i)%len(states)]
 			if err := sw.set(st); err != nil {
 				return err
@@ -161,7 +164,7 @@ func (b *bench) flowTable(mode string, states []flowState, period time.Duration,
 		t.Add(st.name, percentile(got[st.name], 50)/1e9, ratioInterval(paired),
 			fmt.Sprintf("%.3f (%.3f–%.3f)", report.Median(paired), slices.Min(paired), slices.Max(paired)))
 	}
-	t.Notes = append(t.Notes, fmt.Sprintf("One iperf3 flow (one CPU, as above; %s) held each state for %v, of which the last %v counted (goodput: bytes the receiving socket took), in %d cycles of all states, each cycle starting one state later. The writers are detached and attached on a cgroup of its own (the connection keeps its callbacks; off, the kernel's callback finds no program), the programs on r1's tcx egress likewise.", offloadTitle[mode], period, period-period/5, len(plain)))
+	t.Notes = append(t.Notes, fmt.Sprintf("One iperf3 flow (%s; one CPU, as above; %s) held each state for %v, of which the last %v counted (goodput: bytes the receiving socket took), in %d cycles of all states, each cycle starting one state later. The writers are detached and attached on a cgroup of its own (the connection keeps its callbacks; off, the kernel's callback finds no program), the programs on r1's tcx egress likewise.", b.c.costCC, offloadTitle[mode], period, period-period/5, len(plain)))
 	b.table(t)
 	b.res.Data["within_flow_bps_"+offloadKey[mode]] = got
 }
