@@ -12,7 +12,9 @@ import (
 // the configured periods and returns; with --listen it serves the API until cancelled.
 func TestRunProbeOnTheTAIClock(t *testing.T) {
 	cfg := testConfig(t, "periods: 3\n")
-	cfg.Period = Duration(20 * time.Millisecond)
+	// 200 ms: a period is read up to L/2 after it ends, and a loaded CI machine read a 20-ms
+	// period 60 ms late (the command then reports the skipped periods as an error, as it should)
+	cfg.Period = Duration(200 * time.Millisecond)
 	cfg.Interfaces = []Interface{{Name: "lo", Direction: "both"}} // exists in every namespace
 	var dp *memDatapath
 	open := func(s ProbeSpec) (Datapath, error) { dp = &memDatapath{spec: s}; return dp, nil }
