@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -33,8 +34,9 @@ import (
 // flowState is what the cgroup's writers and r1's tcx egress hook hold for a period.
 type flowState struct {
 	key, name string
-	writer    string // "", "changes" (the bench's writer) or "every" (refresh 0: every data segment)
-	tcx       string // "", "empty" or "classifier"
+	writer    string // "", "changes" (the bench's writer), "every" (refresh 0: every data segment), or one of bareSockOps
+
+	tcx string // "", "empty" or "classifier"
 }
 
 // flowStates are the states -flow-states picks from, plain forwarding (the baseline) first.
@@ -43,6 +45,10 @@ var flowStates = []flowState{
 	{"tcx-empty", "tcx egress, an empty program", "", "empty"},
 	{"writer", "host writer", "changes", ""},
 	{"writer-every", "host writer, the option on every data segment (refresh 0)", "every", ""},
+	{"calls", "a sock_ops program that returns 1 (the header-option callbacks' calls alone)", "calls", ""},
+	{"room", "a sock_ops program that reserves the option's 8 bytes at MSS sizing only (no option)", "room", ""},
+	{"room4", "the same, 4 bytes", "room4", ""},
+	{"room16", "the same, 16 bytes", "room16", ""},
 	{"classifier", "classifier (backlog; packets without the option), no qdisc", "", "classifier"},
 	{"writer+classifier", "host writer + classifier (backlog), no qdisc", "changes", "classifier"},
 }
@@ -202,6 +208,14 @@ func (b *bench) flowPrograms() (o *flowObjects, err error) {
 		}
 		o.closers = append(o.closers, c)
 	}
+	for name, prog := range bareSockOps() {
+		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SockOps, License: "GPL", Instructions: prog})
+		if err != nil {
+			return nil, fmt.Errorf("load the %s program: %w", name, err)
+		}
+		o.writers[name] = p
+		o.closers = append(o.closers, p)
+	}
 	p, err := b.policy("backlog", nil)
 	if err != nil {
 		return nil, err
@@ -215,6 +229,30 @@ func (b *bench) flowPrograms() (o *flowObjects, err error) {
 	}
 	o.closers = append(o.closers, o.empty)
 	return o, nil
+}
+
+// bareSockOps are sock_ops programs that split the writer's cost: "calls" returns 1 (the
+// header-option callbacks' calls alone), "roomN" reserves N bytes when the kernel sizes the MSS
+// and does nothing else (segments N bytes shorter, no option).
+func bareSockOps() map[string]asm.Instructions {
+	progs := map[string]asm.Instructions{"calls": {asm.Mov.Imm(asm.R0, 1), asm.Return()}}
+	for name, n := range map[string]int32{"room": int32(prio.OptLen), "room4": 4, "room16": 16} {
+		// UAPI: op at offset 0, args[0] at 4; BPF_SOCK_OPS_HDR_OPT_LEN_CB is 14,
+		// BPF_WRITE_HDR_TCP_CURRENT_MSS 1.
+		progs[name] = asm.Instructions{
+			asm.LoadMem(asm.R2, asm.R1, 0, asm.Word),
+			asm.JNE.Imm(asm.R2, 14, "out"),
+			asm.LoadMem(asm.R2, asm.R1, 4, asm.Word),
+			asm.JSet.Imm(asm.R2, 1, "reserve"),
+			asm.Ja.Label("out"),
+			asm.Mov.Imm(asm.R2, n).WithSymbol("reserve"),
+			asm.Mov.Imm(asm.R3, 0),
+			asm.FnReserveHdrOpt.Call(),
+			asm.Mov.Imm(asm.R0, 1).WithSymbol("out"),
+			asm.Return(),
+		}
+	}
+	return progs
 }
 
 // flowSwitch attaches and detaches the writers and r1's tcx program to reach a state.

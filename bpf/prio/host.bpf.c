@@ -14,7 +14,8 @@
  * new goes without, and a flow whose backlog swings with every send does not carry it on most
  * of its segments (docs/prio.md, "Cost"). The length callback decides and records the
  * advertisement; the write callback writes what it recorded, and only into room it reserved itself
- * (another program's reservation reaches the write callback too). Always returns 1: it never
+ * (another program's reservation reaches the write callback too). Segments keep the room only
+ * when the kernel sized their MSS around a write (size_room). Always returns 1: it never
  * refuses what another program on the cgroup allows. */
 #include "common.h"
 #include "stats.h"
@@ -44,7 +45,7 @@ struct written {
 	__u8 occ;
 	__u8 pending; /* the length callback reserved room for it on the segment being built */
 	__u8 data;    /* a data segment carried it */
-	__u8 pad;
+	__u8 room;    /* the kernel's last MSS sizing left room for it */
 };
 
 /* key = a socket the selectors took, value = struct written */
@@ -176,8 +177,59 @@ static __always_inline int stepped(const struct written *w, __u32 units, __u8 oc
 	return occ + OCC_STEP <= w->occ || w->occ + OCC_STEP <= occ;
 }
 
+/* due decides whether an advertisement of units and occ is worth writing at now (0: no refresh
+ * clock), and if not why: PRIO_HOST_UNCHANGED or PRIO_HOST_HELD; PRIO_HOST_WRITTEN if it is. */
+static __always_inline int due(const struct written *w, __u32 units, __u8 occ, __u64 now)
+{
+	if (!refresh_ns || !w->at || now - w->at >= refresh_ns)
+		return PRIO_HOST_WRITTEN;
+	if (!stepped(w, units, occ))
+		return PRIO_HOST_UNCHANGED;
+	/* A step, too soon: a CPU-bound bulk flow's backlog swings between a whole GSO packet
+	 * and its tail at every send, a step each time. */
+	if (w->data && now - w->at < min_interval_ns)
+		return PRIO_HOST_HELD;
+	return PRIO_HOST_WRITTEN;
+}
+
+/* size_room decides, when the kernel sizes the MSS of the segments it is about to build or send,
+ * whether they leave room for the option: when a write is due, before the connection's first data
+ * segment, and when nothing is queued (a new write, such as a request on a persistent connection,
+ * comes next) and the last write is min_interval old. Room on every segment would cost every
+ * segment 8 bytes, and a Linux receiver whose segments come in below its own MSS grows its
+ * receive buffer less: 6-10 % of a CPU-bound flow's throughput (docs/prio.md, "Cost"). */
+static __always_inline void size_room(struct bpf_sock_ops *skops, struct bpf_sock *sk,
+				      struct written *w)
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	__u64 now = refresh_ns ? bpf_ktime_get_coarse_ns() : 0;
+	__u32 units;
+	__u8 occ;
+
+	w->room = 0;
+	if (!tp)
+		return;
+	backlog(tp, &units, &occ);
+	/* Where the kernel probes the path MTU, tcp_mtu_probe sizes the MSS again inside
+	 * tcp_write_xmit, after the sizing whose MSS the segments it sends were cut to: the room
+	 * is reserved at every sizing there, so that the last one never claims room the
+	 * segments lack. */
+	if (!tp->inet_conn.icsk_mtup.enabled && w->data &&
+	    due(w, units, occ, now) != PRIO_HOST_WRITTEN &&
+	    (units || now - w->at < min_interval_ns))
+		return;
+	w->room = bpf_reserve_hdr_opt(skops, PRIO_OPT_LEN, 0) == 0;
+}
+
+/* A segment of at most this much payload under the MSS (tp->mss_cache, for the header without
+ * SACK blocks) has room for the option however the MSS was sized: the option and the most SACK
+ * blocks that leave room for it (two, 20 bytes). */
+#define SMALL_SEGMENT_SLACK (PRIO_OPT_LEN + 20)
+
 /* reserve decides whether the segment being built carries the option and, if so, reserves
- * room for it and records the advertisement in w. */
+ * room for it and records the advertisement in w. A data segment carries it only if the MSS it
+ * was sized with left room for it (or it is small enough): room reserved now on a segment sized
+ * without it would make it outgrow the MTU. */
 static __always_inline void reserve(struct bpf_sock_ops *skops, struct bpf_sock *sk,
 				    struct written *w, int syn)
 {
@@ -185,25 +237,24 @@ static __always_inline void reserve(struct bpf_sock_ops *skops, struct bpf_sock 
 	__u64 now = 0;
 	__u32 units;
 	__u8 occ;
+	int why;
 
 	if (!tp) {
 		fp_count(&prio_host_stats, PRIO_HOST_NO_TCP_SOCK);
 		return;
 	}
 	backlog(tp, &units, &occ);
-	if (refresh_ns) {
+	if (refresh_ns)
 		now = bpf_ktime_get_coarse_ns();
-		if (!syn && w->at && now - w->at < refresh_ns) {
-			if (!stepped(w, units, occ)) {
-				fp_count(&prio_host_stats, PRIO_HOST_UNCHANGED);
-				return;
-			}
-			/* A step, too soon: a CPU-bound bulk flow's backlog swings between a whole
-			 * GSO packet and its tail at every send, a step each time. */
-			if (w->data && now - w->at < min_interval_ns) {
-				fp_count(&prio_host_stats, PRIO_HOST_HELD);
-				return;
-			}
+	if (!syn) {
+		why = due(w, units, occ, now);
+		if (why != PRIO_HOST_WRITTEN) {
+			fp_count(&prio_host_stats, why);
+			return;
+		}
+		if (!w->room && skops->skb_len + SMALL_SEGMENT_SLACK > tp->mss_cache) {
+			fp_count(&prio_host_stats, PRIO_HOST_DEFERRED);
+			return; /* the next MSS sizing leaves room */
 		}
 	}
 	if (bpf_reserve_hdr_opt(skops, PRIO_OPT_LEN, 0) != 0) {
@@ -257,10 +308,8 @@ int prio_host(struct bpf_sock_ops *skops)
 		w = bpf_sk_storage_get(&prio_written, sk, 0, 0);
 		if (!w)
 			return 1; /* a connection the selectors did not take */
-		/* The kernel sizing the MSS (no skb): reserve whatever a segment will carry, or
-		 * the segments that carry it would outgrow the MTU. */
 		if (skops->args[0] & BPF_WRITE_HDR_TCP_CURRENT_MSS) {
-			bpf_reserve_hdr_opt(skops, PRIO_OPT_LEN, 0);
+			size_room(skops, sk, w); /* the kernel sizing the MSS (no skb) */
 			return 1;
 		}
 		if (skops->skb_len == 0 && !(skops->skb_tcp_flags & TCPHDR_SYN))

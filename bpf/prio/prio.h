@@ -131,6 +131,8 @@ enum prio_host_stat {
 	PRIO_HOST_UNCHANGED,   /* data segments sent without it: nothing new to tell */
 	PRIO_HOST_NO_STORAGE,  /* a selected connection got no socket storage: not advertised */
 	PRIO_HOST_HELD,	       /* data segments sent without it: a step within min_interval */
+	PRIO_HOST_DEFERRED,    /* data segments sent without it: sized without its room (the next
+				* MSS sizing leaves it) */
 	PRIO_HOST_STAT_MAX,
 };
 

@@ -301,6 +301,98 @@ func TestLabAdvertiseOnChange(t *testing.T) {
 	}
 }
 
+// TestLabWriterStaysWithinMTU: the writer reserves the option's room only when the kernel sizes
+// the MSS with a write due, and writes it only into segments sized with that room (or small
+// enough), so no segment outgrows the MTU: r1 forwards every packet of a bulk flow, with TSO
+// and without, and with the kernel probing the path MTU (which sizes the MSS again while it
+// sends), none is refused (no fragmentation needed, no ICMP), and h1 learns no smaller path MTU.
+// A 1-ms refresh makes writes fall due all the time, so the MSS changes at most sends.
+func TestLabWriterStaysWithinMTU(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	testenv.Need(t, "iperf3", "tcpdump", "ethtool")
+	l := labtest.Up(t, labtest.HostRouterHost)
+	cg := testCgroup(t)
+	name := testenv.Name("h")
+	t.Cleanup(func() { _ = RemoveHost(name) })
+	if err := Host(name, cg, &HostPolicy{File: "test", Advertise: []match.Match{match.Any()}, Refresh: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h1dev := device(t, l, "h1", "eth0")
+	for i, c := range []struct{ offload, mtuProbing string }{{"on", "0"}, {"off", "0"}, {"on", "2"}} {
+		for _, args := range [][]string{
+			{"ethtool", "-K", h1dev, "tso", c.offload, "gso", c.offload},
+			{"sysctl", "-qw", "net.ipv4.tcp_mtu_probing=" + c.mtuProbing},
+		} {
+			cmd, err := l.Command(ctx, "h1", args[0], args[1:]...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%v: %v: %s", args, err, out)
+			}
+		}
+		before := hostCounters(t, name)
+		iperfCaptured(t, ctx, l, cg, "h1", h1dev, 5331+i, "-t", "2")
+		after := hostCounters(t, name)
+		written, deferred := after["written"]-before["written"], after["deferred"]-before["deferred"]
+		t.Logf("TSO %s, tcp_mtu_probing %s: %d segments written, %d deferred to the next MSS sizing", c.offload, c.mtuProbing, written, deferred)
+		if written < 100 {
+			t.Errorf("TSO %s, tcp_mtu_probing %s: %d segments carried the option in a 2-s bulk flow with a 1-ms refresh, want hundreds", c.offload, c.mtuProbing, written)
+		}
+	}
+	for _, node := range []string{"h1", "r1", "h2"} {
+		ip, icmp := snmp(t, ctx, l, node, "Ip"), snmp(t, ctx, l, node, "Icmp")
+		if ip["FragFails"] != 0 || ip["FragCreates"] != 0 || icmp["OutDestUnreachs"] != 0 {
+			t.Errorf("%s: FragFails %d, FragCreates %d, ICMP destination unreachable sent %d: a segment outgrew the MTU",
+				node, ip["FragFails"], ip["FragCreates"], icmp["OutDestUnreachs"])
+		}
+	}
+	route, err := l.Command(ctx, "h1", "ip", "-4", "route", "get", labtest.Addr(t, l, "h2", "4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := route.CombinedOutput(); err != nil || strings.Contains(string(out), "mtu") {
+		t.Errorf("h1's route to h2 (%v): %s: want no learned path MTU", err, out)
+	}
+}
+
+// snmp reads the counters of one protocol's lines in node's /proc/net/snmp.
+func snmp(t *testing.T, ctx context.Context, l *lab.Lab, node, proto string) map[string]uint64 {
+	t.Helper()
+	cmd, err := l.Command(ctx, node, "cat", "/proc/net/snmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("/proc/net/snmp on %s: %v", node, err)
+	}
+	var names []string
+	got := map[string]uint64{}
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != proto+":" {
+			continue
+		}
+		if names == nil {
+			names = f[1:]
+			continue
+		}
+		for i, v := range f[1:] {
+			if i < len(names) {
+				got[names[i]], _ = strconv.ParseUint(v, 10, 64)
+			}
+		}
+	}
+	if len(got) == 0 {
+		t.Fatalf("/proc/net/snmp on %s has no %s counters", node, proto)
+	}
+	return got
+}
+
 // isStep mirrors the host program's rule: a change worth writing.
 func isStep(last, cur Option) bool {
 	lu, cu := last.Backlog/BacklogUnit, cur.Backlog/BacklogUnit

@@ -86,7 +86,7 @@ func routerCounters(raw map[string]uint64) map[string]uint64 {
 	return out
 }
 
-var hostCounterNames = []string{"matched", "unmatched", "written", "no_room", "no_tcp_sock", "unchanged", "no_storage", "held"}
+var hostCounterNames = []string{"matched", "unmatched", "written", "no_room", "no_tcp_sock", "unchanged", "no_storage", "held", "deferred"}
 
 // ReadStatus reads every router of this network namespace and every host attachment.
 func ReadStatus() (*Status, error) {
