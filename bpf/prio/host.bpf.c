@@ -206,10 +206,17 @@ static __always_inline void size_room(struct bpf_sock_ops *skops, struct bpf_soc
 	__u32 units;
 	__u8 occ;
 
-	w->room = 0;
-	if (!tp)
+	if (!tp) {
+		w->room = 0;
 		return;
+	}
 	backlog(tp, &units, &occ);
+	/* Unsent data cut with the room keeps it until sent: segments cut at one MSS and sent at
+	 * another end in runts, and a runt in flight makes Linux hold a write's last partial
+	 * segment until it is acknowledged (Nagle, Minshall's variant). */
+	if (w->room && units && bpf_reserve_hdr_opt(skops, PRIO_OPT_LEN, 0) == 0)
+		return;
+	w->room = 0;
 	/* Where the kernel probes the path MTU, tcp_mtu_probe sizes the MSS again inside
 	 * tcp_write_xmit, after the sizing whose MSS the segments it sends were cut to: the room
 	 * is reserved at every sizing there, so that the last one never claims room the
@@ -255,6 +262,15 @@ static __always_inline void reserve(struct bpf_sock_ops *skops, struct bpf_sock 
 		if (!w->room && skops->skb_len + SMALL_SEGMENT_SLACK > tp->mss_cache) {
 			fp_count(&prio_host_stats, PRIO_HOST_DEFERRED);
 			return; /* the next MSS sizing leaves room */
+		}
+		/* An MTU probe (tcp_mtu_probe): one segment longer than the MSS, sized for the
+		 * path MTU without the room. A packet of two segments is told from it only by
+		 * length, and waits too. */
+		if (tp->inet_conn.icsk_mtup.enabled &&
+		    skops->skb_len + PRIO_OPT_LEN > tp->mss_cache &&
+		    skops->skb_len < 2 * tp->mss_cache) {
+			fp_count(&prio_host_stats, PRIO_HOST_DEFERRED);
+			return;
 		}
 	}
 	if (bpf_reserve_hdr_opt(skops, PRIO_OPT_LEN, 0) != 0) {
