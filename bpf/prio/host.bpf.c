@@ -194,10 +194,11 @@ static __always_inline int due(const struct written *w, __u32 units, __u8 occ, _
 
 /* size_room decides, when the kernel sizes the MSS of the segments it is about to build or send,
  * whether they leave room for the option: when a write is due, before the connection's first data
- * segment, and when nothing is queued (a new write, such as a request on a persistent connection,
- * comes next) and the last write is min_interval old. Room on every segment would cost every
- * segment 8 bytes, and a Linux receiver whose segments come in below its own MSS grows its
- * receive buffer less: 6-10 % of a CPU-bound flow's throughput (docs/prio.md, "Cost"). */
+ * segment, when nothing is queued (a new write, such as a request on a persistent connection,
+ * comes next) and the last write is min_interval old, and while data cut with it is unsent (so a
+ * flow whose queue never drains keeps it, as every flow once did). Room on every segment costs
+ * every segment 8 bytes, and a Linux receiver whose segments come in below its own MSS grows
+ * its receive buffer less: 6-10 % of a CPU-bound flow's throughput (docs/prio.md, "Cost"). */
 static __always_inline void size_room(struct bpf_sock_ops *skops, struct bpf_sock *sk,
 				      struct written *w)
 {
