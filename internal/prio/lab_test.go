@@ -301,8 +301,8 @@ func TestLabAdvertiseOnChange(t *testing.T) {
 	}
 }
 
-// TestLabWriterStaysWithinMTU: the writer reserves the option's room only when the kernel sizes
-// the MSS with a write due, and writes it only into segments sized with that room (or small
+// TestLabWriterStaysWithinMTU: the writer reserves the option's room only at the kernel's MSS
+// sizings around a write, and writes it only into segments sized with that room (or small
 // enough), so no segment outgrows the MTU: r1 forwards every packet of a bulk flow, with TSO
 // and without, and with the kernel probing the path MTU (which sizes the MSS again while it
 // sends), none is refused (no fragmentation needed, no ICMP), and h1 learns no smaller path MTU.
