@@ -35,8 +35,7 @@ import (
 type flowState struct {
 	key, name string
 	writer    string // "", "changes" (the bench's writer), "every" (refresh 0: every data segment), or one of bareSockOps
-
-	tcx string // "", "empty" or "classifier"
+	tcx       string // "", "empty" or "classifier"
 }
 
 // flowStates are the states -flow-states picks from, plain forwarding (the baseline) first.

@@ -322,18 +322,8 @@ func TestLabWriterStaysWithinMTU(t *testing.T) {
 	defer cancel()
 	h1dev := device(t, l, "h1", "eth0")
 	for i, c := range []struct{ offload, mtuProbing string }{{"on", "0"}, {"off", "0"}, {"on", "2"}} {
-		for _, args := range [][]string{
-			{"ethtool", "-K", h1dev, "tso", c.offload, "gso", c.offload},
-			{"sysctl", "-qw", "net.ipv4.tcp_mtu_probing=" + c.mtuProbing},
-		} {
-			cmd, err := l.Command(ctx, "h1", args[0], args[1:]...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("%v: %v: %s", args, err, out)
-			}
-		}
+		labtest.Run(t, l, "h1", "ethtool", "-K", h1dev, "tso", c.offload, "gso", c.offload)
+		labtest.Run(t, l, "h1", "sysctl", "-qw", "net.ipv4.tcp_mtu_probing="+c.mtuProbing)
 		before := hostCounters(t, name)
 		iperfCaptured(t, ctx, l, cg, "h1", h1dev, 5331+i, "-t", "2")
 		after := hostCounters(t, name)
@@ -344,35 +334,23 @@ func TestLabWriterStaysWithinMTU(t *testing.T) {
 		}
 	}
 	for _, node := range []string{"h1", "r1", "h2"} {
-		ip, icmp := snmp(t, ctx, l, node, "Ip"), snmp(t, ctx, l, node, "Icmp")
+		ip, icmp := snmp(t, l, node, "Ip"), snmp(t, l, node, "Icmp")
 		if ip["FragFails"] != 0 || ip["FragCreates"] != 0 || icmp["OutDestUnreachs"] != 0 {
 			t.Errorf("%s: FragFails %d, FragCreates %d, ICMP destination unreachable sent %d: a segment outgrew the MTU",
 				node, ip["FragFails"], ip["FragCreates"], icmp["OutDestUnreachs"])
 		}
 	}
-	route, err := l.Command(ctx, "h1", "ip", "-4", "route", "get", labtest.Addr(t, l, "h2", "4"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := route.CombinedOutput(); err != nil || strings.Contains(string(out), "mtu") {
-		t.Errorf("h1's route to h2 (%v): %s: want no learned path MTU", err, out)
+	if route := labtest.Run(t, l, "h1", "ip", "-4", "route", "get", labtest.Addr(t, l, "h2", "4")); strings.Contains(route, "mtu") {
+		t.Errorf("h1's route to h2: %s: want no learned path MTU", route)
 	}
 }
 
 // snmp reads the counters of one protocol's lines in node's /proc/net/snmp.
-func snmp(t *testing.T, ctx context.Context, l *lab.Lab, node, proto string) map[string]uint64 {
+func snmp(t *testing.T, l *lab.Lab, node, proto string) map[string]uint64 {
 	t.Helper()
-	cmd, err := l.Command(ctx, node, "cat", "/proc/net/snmp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("/proc/net/snmp on %s: %v", node, err)
-	}
 	var names []string
 	got := map[string]uint64{}
-	for line := range strings.Lines(string(out)) {
+	for line := range strings.Lines(labtest.Run(t, l, node, "cat", "/proc/net/snmp")) {
 		f := strings.Fields(line)
 		if len(f) == 0 || f[0] != proto+":" {
 			continue
