@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -178,19 +177,17 @@ func RemoveMark(dev string) error {
 	}
 	dir := pin.Path(markPin(ns, dev)...)
 	_, statErr := os.Stat(dir)
-	found := statErr == nil
-	var errs []error
+	_, recErr := os.Stat(runstate.Path(markSubsystem, markRecordName(ns, dev)))
+	if statErr != nil && recErr != nil {
+		return os.ErrNotExist
+	}
+	// The record goes first, so that a concurrent status stops listing what is being removed.
+	errs := []error{runstate.Remove(markSubsystem, markRecordName(ns, dev))}
 	if tl, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); err == nil {
 		errs = append(errs, tl.Unpin())
 		tl.Close() // the last reference: detached
 	}
-	if _, err := os.Stat(runstate.Path(markSubsystem, markRecordName(ns, dev))); err == nil {
-		found = true
-	}
-	if !found {
-		return os.ErrNotExist
-	}
-	errs = append(errs, pin.Remove(markPin(ns, dev)...), runstate.Remove(markSubsystem, markRecordName(ns, dev)))
+	errs = append(errs, pin.Remove(markPin(ns, dev)...))
 	return errors.Join(errs...)
 }
 
@@ -200,30 +197,25 @@ func ReadMarkStatus() ([]MarkStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	names, err := runstate.Names(markSubsystem)
-	if err != nil {
-		return nil, err
-	}
 	out := []MarkStatus{}
-	slices.Sort(names)
-	for _, n := range names {
+	err = runstate.Each(markSubsystem, func(n string) error {
 		if !strings.HasPrefix(n, ns+"-") {
-			continue
+			return nil
 		}
 		var st MarkStatus
 		if err := runstate.Load(markSubsystem, n, &st.MarkRecord); err != nil {
-			return nil, err
+			return err
 		}
 		st.Config.Period = Duration(time.Duration(st.Config.PeriodMs) * time.Millisecond)
 		dir := pin.Path(markPin(ns, st.Dev)...)
 		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "stats"), &ebpf.LoadPinOptions{ReadOnly: true})
 		if err != nil {
-			return nil, fmt.Errorf("marker on %s: open counters: %w", st.Dev, err)
+			return fmt.Errorf("marker on %s: open counters: %w", st.Dev, err)
 		}
 		st.Counters, err = markCounters(m)
 		m.Close()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if fm, err := ebpf.LoadPinnedMap(filepath.Join(dir, "flows"), &ebpf.LoadPinOptions{ReadOnly: true}); err == nil {
 			var k markerMarkFlowKey
@@ -234,6 +226,10 @@ func ReadMarkStatus() ([]MarkStatus, error) {
 			fm.Close()
 		}
 		out = append(out, st)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -171,9 +171,11 @@ func RemoveHost(name string) error {
 			return os.ErrNotExist
 		}
 	}
+	// The record goes first, so that a concurrent status stops listing what is being removed.
+	recErr := runstate.Remove(subsystem, "host-"+name)
 	if l, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); err == nil {
 		_ = l.Unpin()
 		_ = l.Close() // the last reference: the program leaves the cgroup
 	}
-	return errors.Join(pin.Remove(hostPin(name)...), runstate.Remove(subsystem, "host-"+name))
+	return errors.Join(recErr, pin.Remove(hostPin(name)...))
 }

@@ -287,8 +287,10 @@ func RemoveRouter(dev string) error {
 	}
 	dir := pin.Path(routerPin(ns, dev)...)
 	_, statErr := os.Stat(dir)
-	var errs []error
-	found := statErr == nil
+	_, recErr := os.Stat(runstate.Path(subsystem, routerRecordName(ns, dev)))
+	found := statErr == nil || recErr == nil
+	// The record goes first, so that a concurrent status stops listing what is being removed.
+	errs := []error{runstate.Remove(subsystem, routerRecordName(ns, dev))}
 	if tl, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); err == nil {
 		errs = append(errs, tl.Unpin())
 		tl.Close() // the last reference: detached
@@ -302,12 +304,9 @@ func RemoveRouter(dev string) error {
 			errs = append(errs, deleteHTB(nl))
 		}
 	}
-	if _, err := os.Stat(runstate.Path(subsystem, routerRecordName(ns, dev))); err == nil {
-		found = true
-	}
 	if !found {
 		return os.ErrNotExist
 	}
-	errs = append(errs, pin.Remove(routerPin(ns, dev)...), runstate.Remove(subsystem, routerRecordName(ns, dev)))
+	errs = append(errs, pin.Remove(routerPin(ns, dev)...))
 	return errors.Join(errs...)
 }

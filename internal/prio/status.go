@@ -94,35 +94,36 @@ func ReadStatus() (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	names, err := runstate.Names(subsystem)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
 	st := &Status{Routers: []RouterStatus{}, Hosts: []HostStatus{}}
-	for _, n := range names {
+	err = runstate.Each(subsystem, func(n string) error {
 		switch {
 		case strings.HasPrefix(n, ns+"-"):
 			var rec RouterRecord
 			if err := runstate.Load(subsystem, n, &rec); err != nil {
-				return nil, err
+				return err
 			}
 			rs, err := routerStatus(ns, rec)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			st.Routers = append(st.Routers, *rs)
 		case strings.HasPrefix(n, "host-"):
 			var rec HostRecord
 			if err := runstate.Load(subsystem, n, &rec); err != nil {
-				return nil, err
+				return err
 			}
 			hs := HostStatus{HostRecord: rec}
+			var err error
 			hs.Counters, err = readCounters(filepath.Join(pin.Path(hostPin(rec.Name)...), "stats"), hostCounterNames)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			st.Hosts = append(st.Hosts, hs)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return st, nil
 }

@@ -5,9 +5,11 @@ package runstate
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -73,4 +75,24 @@ func Names(subsystem string) ([]string, error) {
 		}
 	}
 	return names, nil
+}
+
+// Each calls fn with the name of every record of a subsystem, in name order. A record removed
+// while fn reads it (a concurrent remove, which deletes the record before the kernel objects it
+// describes) is skipped: fn's error counts only while the record still exists.
+func Each(subsystem string, fn func(name string) error) error {
+	names, err := Names(subsystem)
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if err := fn(n); err != nil {
+			if _, serr := os.Stat(Path(subsystem, n)); errors.Is(serr, os.ErrNotExist) {
+				continue
+			}
+			return err
+		}
+	}
+	return nil
 }

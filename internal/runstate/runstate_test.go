@@ -78,3 +78,35 @@ func TestCorruptRecordSaysWhich(t *testing.T) {
 		t.Errorf("corrupt record: %v; want an error naming the file", err)
 	}
 }
+
+// TestEachSkipsRecordsRemovedWhileRead: a status that reads records while another command removes
+// one (the record first, then its kernel objects) lists the others and fails on none; an error
+// for a record that still exists is returned.
+func TestEachSkipsRecordsRemovedWhileRead(t *testing.T) {
+	t.Parallel()
+	sub := subsystem(t)
+	for _, name := range []string{"a", "b", "c"} {
+		if err := runstate.Save(sub, name, record{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objectsGone := errors.New("open counters: no such file")
+	var read []string
+	err := runstate.Each(sub, func(name string) error {
+		if name == "b" { // removed concurrently, between the listing and this read
+			if err := runstate.Remove(sub, "b"); err != nil {
+				t.Fatal(err)
+			}
+			return objectsGone
+		}
+		read = append(read, name)
+		return nil
+	})
+	if err != nil || !slices.Equal(read, []string{"a", "c"}) {
+		t.Errorf("each: read %v, %v; want [a c] and no error", read, err)
+	}
+	err = runstate.Each(sub, func(name string) error { return objectsGone })
+	if !errors.Is(err, objectsGone) {
+		t.Errorf("each with a failing read of a record that exists: %v, want %v", err, objectsGone)
+	}
+}
