@@ -112,13 +112,11 @@ func ReadStatus() (*Status, error) {
 			if err := runstate.Load(subsystem, n, &rec); err != nil {
 				return err
 			}
-			hs := HostStatus{HostRecord: rec}
-			var err error
-			hs.Counters, err = readCounters(filepath.Join(pin.Path(hostPin(rec.Name)...), "stats"), hostCounterNames)
+			counters, err := readCounters(filepath.Join(pin.Path(hostPin(rec.Name)...), "stats"), hostCounterNames)
 			if err != nil {
 				return err
 			}
-			st.Hosts = append(st.Hosts, hs)
+			st.Hosts = append(st.Hosts, HostStatus{HostRecord: rec, Counters: counters})
 		}
 		return nil
 	})
