@@ -86,6 +86,8 @@ func TestLabAdvertiseAndClassify(t *testing.T) {
 	if err := nsrun.Do(l.Netns("r1"), func() error { return Router(dev, 50e6, pol) }); err != nil {
 		t.Fatal(err)
 	}
+	// Before the lab goes: a failed test leaves no record under /run (the test removes it too).
+	t.Cleanup(func() { _ = nsrun.Do(l.Netns("r1"), func() error { return RemoveRouter(dev) }) })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
