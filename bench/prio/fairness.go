@@ -34,6 +34,8 @@ func (b *bench) fairness(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
+				s := summarize(r.bps)
+				slog.Info("fairness run", "flows", n, "scheme", scheme, "run", round+1, "jain", fmt.Sprintf("%.3f", s.jain), "std_mbps", fmt.Sprintf("%.3f", s.std/1e6), "utilization", fmt.Sprintf("%.3f", s.sum/float64(b.c.rate)))
 				runs[scheme] = append(runs[scheme], r)
 			}
 		}

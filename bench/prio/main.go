@@ -104,7 +104,7 @@ func main() {
 	flows := flag.String("flows", "20,200,1000", "fair: numbers of long-lived flows")
 	workloads := flag.String("workloads", "websearch,datamining", "fct: CDFs under bench/prio/cdf/")
 	loads := flag.String("loads", "0.5,0.8", "fct: offered loads")
-	flag.IntVar(&c.runs, "runs", 1, "fair: rounds, the schemes taking turns in each; cells are medians, with Jain's range")
+	flag.IntVar(&c.runs, "runs", 3, "fair: rounds, the schemes taking turns in each; cells are medians, with Jain's range (one 60-s run of occupancy moves by a few hundredths)")
 	flag.IntVar(&c.costRounds, "cost-rounds", 18, "cost: interleaved rounds of every arm (a multiple of the number of arms: each takes every place in a round equally often)")
 	flag.IntVar(&c.flowCycles, "flow-cycles", 1000, "cost: cycles of the within-flow measurement (every state a period each, in one iperf3 flow; 0: none)")
 	flag.DurationVar(&c.flowPeriod, "flow-period", 250*time.Millisecond, "cost: how long each state holds within one flow (the first fifth not counted)")
