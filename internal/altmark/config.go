@@ -33,8 +33,12 @@ type Config struct {
 	NMax       int         `json:"nmax"`
 	Protocols  []string    `json:"protocols,omitempty"`
 	Backbone   []string    `json:"backbone,omitempty"`
-	DataDir    string      `json:"data_dir"`
-	IPFIX      *IPFIX      `json:"ipfix,omitempty"`
+	// ipv6-altmark: the FlowMonIDs every point writes a row for in every period (zeros when
+	// none came), and how many periods a FlowMonID seen at any point keeps its rows.
+	FlowMonIDs  []IDRange `json:"flowmon_ids,omitempty"`
+	FlowMonKeep *int64    `json:"flowmon_keep,omitempty"` // nil but with ipv6-altmark
+	DataDir     string    `json:"data_dir"`
+	IPFIX       *IPFIX    `json:"ipfix,omitempty"`
 }
 
 // Interface is one monitored interface and the directions counted on it.
@@ -52,6 +56,17 @@ type IPFIX struct {
 	Enterprise uint32 `json:"enterprise"`
 }
 
+// IDRange is FlowMonIDs First to Last, written as 7 or "4096-4127" in JSON.
+type IDRange struct{ First, Last uint32 }
+
+// MarshalJSON writes r as the configuration file spells it.
+func (r IDRange) MarshalJSON() ([]byte, error) {
+	if r.First == r.Last {
+		return json.Marshal(r.First)
+	}
+	return json.Marshal(fmt.Sprintf("%d-%d", r.First, r.Last))
+}
+
 // Duration is a time.Duration written as "1s" in JSON.
 type Duration time.Duration
 
@@ -60,26 +75,32 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 
 // Defaults and limits.
 const (
-	DefaultDataDir    = "/var/lib/flowplane/altmark"
-	defaultPeriod     = time.Second
-	minPeriod         = 10 * time.Millisecond
-	maxPeriod         = time.Hour
-	defaultHashBits   = 8
-	defaultNMax       = 1000
-	maxNMax           = 1 << 16
-	defaultIPFIXPort  = "4739"
-	documentationPEN  = 32473 // RFC 5612: the enterprise number for documentation and examples
-	defaultObsDomain  = 1
-	maxIfnameLen      = 15 // IFNAMSIZ - 1
-	carrierDSCP       = "dscp"
-	carrierIPv4Flag   = "ipv4-flag"
-	carrierIPv6AltMrk = "ipv6-altmark"
+	DefaultDataDir   = "/var/lib/flowplane/altmark"
+	defaultPeriod    = time.Second
+	minPeriod        = 10 * time.Millisecond
+	maxPeriod        = time.Hour
+	defaultHashBits  = 8
+	defaultNMax      = 1000
+	maxNMax          = 1 << 16
+	defaultIPFIXPort = "4739"
+	documentationPEN = 32473 // RFC 5612: the enterprise number for documentation and examples
+	defaultObsDomain = 1
+	maxIfnameLen     = 15 // IFNAMSIZ - 1
+	maxFlowMonIDs    = 4096
+	// A FlowMonID seen at any point keeps its zero rows this many periods after its last
+	// packet: an outage of a flow that was running reads as loss, not as a flow gone, for
+	// this long; then its rows stop, as a finished flow's should.
+	defaultFlowMonKeep = 10
+	maxFlowMonKeep     = 1 << 20
+	carrierDSCP        = "dscp"
+	carrierIPv4Flag    = "ipv4-flag"
+	carrierIPv6AltMrk  = "ipv6-altmark"
 )
 
 var (
 	carriers    = []string{carrierDSCP, carrierIPv4Flag, carrierIPv6AltMrk}
 	directions  = []string{"in", "out", "both"}
-	configKeys  = []string{"probe_id", "interfaces", "period", "periods", "start_color", "carrier", "dscp_bits", "hash_ref", "hash_bits", "nmax", "protocols", "backbone", "data_dir", "ipfix"}
+	configKeys  = []string{"probe_id", "interfaces", "period", "periods", "start_color", "carrier", "dscp_bits", "hash_ref", "hash_bits", "nmax", "protocols", "backbone", "flowmon_ids", "flowmon_keep", "data_dir", "ipfix"}
 	probeIDRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 	protoByName = map[string]uint8{"icmp": 1, "tcp": 6, "udp": 17, "gre": 47, "esp": 50, "icmpv6": 58, "ipv6-icmp": 58, "sctp": 132}
 )
@@ -154,6 +175,12 @@ func decodeConfig(el *config.Collector, data []byte) *Config {
 			c.Protocols = decodeProtocols(d, v)
 		case "backbone":
 			c.Backbone = decodeBackbone(d, v)
+		case "flowmon_ids":
+			c.FlowMonIDs = decodeFlowMonIDs(d, v)
+		case "flowmon_keep":
+			if n, ok := d.integer(v, key, 0, maxFlowMonKeep); ok {
+				c.FlowMonKeep = &n
+			}
 		case "data_dir":
 			if s, ok := el.Scalar(v, key); ok {
 				if s == "" {
@@ -187,13 +214,63 @@ func decodeConfig(el *config.Collector, data []byte) *Config {
 	if c.Carrier == carrierDSCP && c.DSCPBits == nil {
 		c.DSCPBits = []int{0, 1}
 	}
-	if c.DSCPBits != nil && c.Carrier != carrierDSCP && c.Carrier != "" {
-		el.Add(root.Line, "dscp_bits", "only the dscp carrier uses DSCP bits; carrier is %s", c.Carrier)
+	only := func(key, carrier, what string) {
+		if config.HasKey(root, key) && c.Carrier != carrier && c.Carrier != "" {
+			el.Add(config.KeyLine(root, key), key, "only the %s carrier %s; carrier is %s", carrier, what, c.Carrier)
+		}
 	}
-	if len(c.Backbone) > 0 && c.Carrier != carrierIPv4Flag && c.Carrier != "" {
-		el.Add(root.Line, "backbone", "only the ipv4-flag carrier has a backbone prefix; carrier is %s", c.Carrier)
+	only("dscp_bits", carrierDSCP, "uses DSCP bits")
+	only("backbone", carrierIPv4Flag, "has a backbone prefix")
+	only("flowmon_ids", carrierIPv6AltMrk, "has FlowMonIDs")
+	only("flowmon_keep", carrierIPv6AltMrk, "has FlowMonIDs")
+	if c.Carrier == carrierIPv6AltMrk && !config.HasKey(root, "flowmon_keep") {
+		keep := int64(defaultFlowMonKeep)
+		c.FlowMonKeep = &keep
 	}
 	return c
+}
+
+// decodeFlowMonIDs reads flowmon_ids: a list of FlowMonIDs and first-last ranges.
+func decodeFlowMonIDs(d *dec, v *yaml.Node) []IDRange {
+	el := d.el
+	if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+		el.Add(v.Line, "flowmon_ids", "must be a non-empty list of FlowMonIDs and ranges, e.g. [7, 4096-4127]")
+		return nil
+	}
+	var out []IDRange
+	total := 0
+	for i, iv := range v.Content {
+		f := fmt.Sprintf("flowmon_ids[%d]", i)
+		s, ok := el.Scalar(iv, f)
+		if !ok {
+			continue
+		}
+		r, err := parseIDRange(s)
+		if err != nil {
+			el.Add(iv.Line, f, "%v", err)
+			continue
+		}
+		total += int(r.Last-r.First) + 1
+		out = append(out, r)
+	}
+	if total > maxFlowMonIDs {
+		el.Add(v.Line, "flowmon_ids", "%d FlowMonIDs; at most %d (every point writes a row for each in every period)", total, maxFlowMonIDs)
+	}
+	return out
+}
+
+// parseIDRange reads "7" or "4096-4127".
+func parseIDRange(s string) (IDRange, error) {
+	lo, hi, isRange := strings.Cut(s, "-")
+	if !isRange {
+		hi = lo
+	}
+	a, err1 := strconv.ParseUint(strings.TrimSpace(lo), 0, 32)
+	b, err2 := strconv.ParseUint(strings.TrimSpace(hi), 0, 32)
+	if err1 != nil || err2 != nil || a > b || b > flowmonMax {
+		return IDRange{}, fmt.Errorf("%q is not a FlowMonID (0 to %d) or a range first-last of them, e.g. 4096-4127", s, flowmonMax)
+	}
+	return IDRange{First: uint32(a), Last: uint32(b)}, nil
 }
 
 func decodeInterfaces(d *dec, v *yaml.Node) []Interface {

@@ -93,6 +93,11 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"interfaces: [{name: eth0}]\ncarrier: dscp\nipfix: {collector: 'host:port'}\n", []string{"ipfix.collector"}},
 		{"interfaces: [{name: eth0}]\ncarrier: dscp\ncolour: 1\n", []string{"colour"}},
 		{"interfaces: [{name: eth0, dir: in}]\ncarrier: dscp\nperiod: 1\nnmax: x\n", []string{"interfaces[0].dir", "period", "nmax"}},
+		{"interfaces: [{name: eth0}]\ncarrier: dscp\nflowmon_ids: [7]\n", []string{"flowmon_ids"}},
+		{"interfaces: [{name: eth0}]\ncarrier: dscp\nflowmon_keep: 3\n", []string{"flowmon_keep"}},
+		{"interfaces: [{name: eth0}]\ncarrier: ipv6-altmark\nflowmon_ids: [7, 9-8, x, 1048576]\n", []string{"flowmon_ids[1]", "flowmon_ids[2]", "flowmon_ids[3]"}},
+		{"interfaces: [{name: eth0}]\ncarrier: ipv6-altmark\nflowmon_ids: [0-4096]\n", []string{"flowmon_ids"}},
+		{"interfaces: [{name: eth0}]\ncarrier: ipv6-altmark\nflowmon_ids: []\nflowmon_keep: -1\n", []string{"flowmon_ids", "flowmon_keep"}},
 	} {
 		_, err := ParseConfig("t.yaml", []byte(tc.yaml))
 		var es config.Errors
@@ -110,6 +115,49 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		if !reflect.DeepEqual(fields, tc.fields) {
 			t.Errorf("%q: fields %v, want %v (%v)", tc.yaml, fields, tc.fields, err)
 		}
+	}
+}
+
+// An error about a key that belongs to another carrier points at that key's line, in the
+// probe's and in the marker's configuration.
+func TestOtherCarriersKeysPointAtTheirLine(t *testing.T) {
+	probe := "interfaces: [{name: eth0}]\ncarrier: ipv6-altmark\nperiod: 1s\ndscp_bits: [0, 1]\nbackbone: [198.18.0.0/24]\n"
+	marker := "carrier: ipv4-flag\nperiod: 1s\ndscp_bits: [0, 1]\ndouble: {packets: 2}\nflowmon_range: 1-9\n"
+	for _, tc := range []struct {
+		name string
+		err  error
+		want []string
+	}{
+		{"probe", func() error { _, err := ParseConfig("t.yaml", []byte(probe)); return err }(), []string{"t.yaml:4: dscp_bits", "t.yaml:5: backbone"}},
+		{"marker", func() error { _, err := ParseMarkConfig("m.yaml", []byte(marker)); return err }(), []string{"m.yaml:3: dscp_bits", "m.yaml:4: double", "m.yaml:5: flowmon_range"}},
+	} {
+		for _, w := range tc.want {
+			if tc.err == nil || !strings.Contains(tc.err.Error(), w) {
+				t.Errorf("%s: %v, want %q", tc.name, tc.err, w)
+			}
+		}
+	}
+}
+
+// flowmon_ids and flowmon_keep (ipv6-altmark): parsed, defaulted, and round-tripped as JSON.
+func TestFlowMonIDsConfig(t *testing.T) {
+	cfg, err := ParseConfig("t.yaml", []byte("probe_id: p\ninterfaces: [{name: eth0}]\ncarrier: ipv6-altmark\nflowmon_ids: [7, 0x10-0x11]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []IDRange{{7, 7}, {16, 17}}; !reflect.DeepEqual(cfg.FlowMonIDs, want) || cfg.FlowMonKeep == nil || *cfg.FlowMonKeep != defaultFlowMonKeep {
+		t.Errorf("flowmon_ids %v keep %v", cfg.FlowMonIDs, cfg.FlowMonKeep)
+	}
+	if js := string(mustJSON(t, cfg)); !strings.Contains(js, `"flowmon_ids":[7,"16-17"],"flowmon_keep":10`) {
+		t.Errorf("JSON %s", js)
+	}
+	again, err := ParseConfig("json", mustJSON(t, cfg))
+	if err != nil || !reflect.DeepEqual(cfg, again) {
+		t.Errorf("round trip %+v: %v", again, err)
+	}
+	dscp, _ := ParseConfig("t.yaml", []byte("probe_id: p\ninterfaces: [{name: eth0}]\ncarrier: dscp\n"))
+	if dscp.FlowMonKeep != nil || strings.Contains(string(mustJSON(t, dscp)), "flowmon") {
+		t.Errorf("dscp has FlowMonID settings: %s", mustJSON(t, dscp))
 	}
 }
 
@@ -162,6 +210,7 @@ func FuzzParseConfig(f *testing.F) {
 		`{"interfaces":[{"name":"e","direction":"in"}],"carrier":"ipv4-flag","backbone":["198.18.0.0/16"],"ipfix":{"collector":"h"}}`,
 		"interfaces: [{name: eth0}]\ncarrier: dscp\nprotocols: [1, tcp]\ndscp_bits: [2, 3]\nperiod: 250ms\n",
 		"- a\n- b\n", "{", "interfaces: &a [*a]\n",
+		"interfaces: [{name: eth0}]\ncarrier: ipv6-altmark\nflowmon_ids: [1, 5-9]\nflowmon_keep: 0\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,6 +28,9 @@ type Runner struct {
 	Clock   Clock
 	Metrics *Metrics
 	Log     *slog.Logger
+	OnEnd   func(state string) // optional: called when a loop has ended (stopped, finished)
+
+	writeHook func(*Period) // tests: called before each write (a slow disk)
 
 	mu     sync.Mutex
 	cfg    *Config
@@ -33,7 +38,8 @@ type Runner struct {
 	status Status
 }
 
-// maxPending bounds the records kept in memory while writing fails.
+// maxPending bounds the records read but not yet written (a slow or full disk): the
+// writer's queue holds this many, and so does its list of records whose write failed.
 const maxPending = 64
 
 // Status is what GET /status answers.
@@ -48,7 +54,7 @@ type Status struct {
 	LastPeriod     *int64 `json:"last_period,omitempty"`  // the latest period written
 	PeriodsWritten int64  `json:"periods_written"`        // in this run
 	PeriodsSkipped int64  `json:"periods_skipped"`        // whole periods without a record, in this run
-	PendingWrites  int    `json:"pending_writes"`
+	PendingWrites  int    `json:"pending_writes"`         // read, not yet written
 	WriteErrors    int64  `json:"write_errors"`
 	ExportErrors   int64  `json:"export_errors"`
 	LastError      string `json:"last_error,omitempty"`
@@ -70,7 +76,11 @@ type run struct {
 	stop    chan struct{}
 	stopped bool
 	done    chan struct{}
-	pending []*Period
+	// The loop reads on time and queues each record; the writer writes them in order, so a
+	// slow or full disk delays files, never a read.
+	queue   chan *Period
+	written chan struct{} // closed when the writer has ended
+	pending atomic.Int64  // queued or kept after a failed write, not yet written
 }
 
 // NewRunner returns a stopped runner with configuration cfg.
@@ -134,7 +144,8 @@ func (r *Runner) Start() error {
 	if err := prepareDir(store); err != nil {
 		return err
 	}
-	rn := &run{cfg: cfg, store: store, stop: make(chan struct{}), done: make(chan struct{})}
+	rn := &run{cfg: cfg, store: store, stop: make(chan struct{}), done: make(chan struct{}),
+		queue: make(chan *Period, maxPending), written: make(chan struct{})}
 	if cfg.IPFIX != nil {
 		x, err := newExporter(cfg.IPFIX, cfg.ProbeID, r.Clock.TAIMinusUTC())
 		if err != nil {
@@ -154,6 +165,7 @@ func (r *Runner) Start() error {
 	r.status = Status{State: "running", StartedAt: r.Clock.Now()}
 	r.Metrics.Running.Set(1)
 	r.Metrics.PendingWrites.Set(0)
+	go r.writer(rn)
 	go r.loop(rn)
 	return nil
 }
@@ -231,6 +243,7 @@ func (r *Runner) loop(rn *run) {
 
 	state := "stopped"
 	recorded := int64(0)
+	flowmons := newFlowmonRows(rn.cfg)
 	for n := c - 1; ; n++ {
 		due := (n+1)*L + L/2
 		stopping := false
@@ -256,12 +269,7 @@ func (r *Runner) loop(rn *run) {
 				// Read after (n+2)L: n's color was counting n+2 already, the counts are mixed.
 				r.skip("late", "period %d: read %v after its read time, when its color counted period %d already; no record", n, time.Duration(lag), n+2)
 			default:
-				p := r.record(rn.cfg, n, counters, samples)
-				rn.pending = append(rn.pending, p)
-				r.flush(rn)
-				if rn.export != nil {
-					r.exportPeriod(rn, p)
-				}
+				r.enqueue(rn, r.record(rn.cfg, n, counters, samples, flowmons.ids(n, counters)))
 			}
 		} else if err != nil {
 			r.report("clear period %d (before the first whole period): %v", n, err)
@@ -274,29 +282,122 @@ func (r *Runner) loop(rn *run) {
 			break
 		}
 	}
-	r.flush(rn)
-	for _, p := range rn.pending {
-		r.skip("write_failed", "period %d: not written before the probe stopped", p.Period)
-	}
+	close(rn.queue)
 	if err := rn.dp.Close(); err != nil {
 		r.report("detach the probe: %v", err)
 	}
+	<-rn.written
 	if rn.export != nil {
 		rn.export.Close()
 	}
 	r.Metrics.Running.Set(0)
-	r.Metrics.PendingWrites.Set(0)
 	r.mu.Lock()
 	r.status.State = state
-	r.status.PendingWrites = 0
 	r.cur = nil
 	r.mu.Unlock()
 	r.Log.Info("altmark probe "+state, "probe", rn.cfg.ProbeID, "periods", recorded)
 	close(rn.done)
+	if r.OnEnd != nil {
+		r.OnEnd(state)
+	}
+}
+
+// enqueue hands a record to the writer. A full queue means the writer is maxPending records
+// behind: the record is dropped and said so, because waiting would make the next read late.
+func (r *Runner) enqueue(rn *run, p *Period) {
+	select {
+	case rn.queue <- p:
+		r.setPending(rn.pending.Add(1))
+	default:
+		r.skip("write_backlog", "period %d: dropped: %d records are waiting for a slow or failing disk", p.Period, maxPending)
+	}
+}
+
+// writer exports and writes the records the loop queues, in order. A record whose write
+// fails is kept and retried (after retryWrite, or with the next record); past maxPending kept
+// records the oldest is dropped, and said so. When the loop closes the queue, what is left is
+// tried once more.
+func (r *Runner) writer(rn *run) {
+	defer close(rn.written)
+	var failed []*Period
+	retry := time.Duration(min(rn.cfg.PeriodNs(), int64(retryWrite)))
+	for {
+		var again <-chan time.Time
+		if len(failed) > 0 {
+			again = time.After(retry)
+		}
+		select {
+		case p, ok := <-rn.queue:
+			if !ok {
+				failed = r.flush(rn, failed)
+				for _, p := range failed {
+					r.skip("write_failed", "period %d: not written before the probe stopped", p.Period)
+				}
+				r.setPending(rn.pending.Add(-int64(len(failed))))
+				return
+			}
+			if rn.export != nil {
+				r.exportPeriod(rn, p)
+			}
+			failed = r.flush(rn, append(failed, p))
+		case <-again:
+			failed = r.flush(rn, failed)
+		}
+	}
+}
+
+// retryWrite is how soon a failed write is tried again (a period, if that is shorter).
+const retryWrite = time.Second
+
+// flush writes the records in order and returns those not written (the first failure stops it).
+func (r *Runner) flush(rn *run, ps []*Period) []*Period {
+	for len(ps) > 0 {
+		p := ps[0]
+		if err := r.write(rn.store, p); err != nil {
+			r.Metrics.WriteErrors.Inc()
+			r.mu.Lock()
+			r.status.WriteErrors++
+			r.mu.Unlock()
+			r.report("write %v", err)
+			break
+		}
+		ps = ps[1:]
+		r.setPending(rn.pending.Add(-1))
+		r.Metrics.observe(p)
+		r.mu.Lock()
+		n := p.Period
+		r.status.LastPeriod = &n
+		r.status.PeriodsWritten++
+		r.mu.Unlock()
+	}
+	for len(ps) > maxPending {
+		r.skip("write_failed", "period %d: dropped after %d periods of write errors", ps[0].Period, maxPending)
+		ps = ps[1:]
+		r.setPending(rn.pending.Add(-1))
+	}
+	return ps
+}
+
+// write stores a record, after the test hook if one is set.
+func (r *Runner) write(s Store, p *Period) error {
+	if r.writeHook != nil {
+		r.writeHook(p)
+	}
+	return s.Write(p)
+}
+
+func (r *Runner) setPending(n int64) {
+	r.Metrics.PendingWrites.Set(float64(n))
+	r.mu.Lock()
+	r.status.PendingWrites = int(n)
+	r.mu.Unlock()
 }
 
 // record builds period n's record from what the datapath read, filling in what the loop knows.
-func (r *Runner) record(cfg *Config, n int64, counters []Counter, samples []Sample) *Period {
+// Every point has a row with flowmon_id -1 (the point's own: its counts with carriers that
+// have no FlowMonID, its malformed packets with all) and, with ipv6-altmark, a row for each
+// FlowMonID in ids, zeros when none came: a missing row is not a zero to a reader.
+func (r *Runner) record(cfg *Config, n int64, counters []Counter, samples []Sample, ids []int64) *Period {
 	L := cfg.PeriodNs()
 	color := int32((n + int64(cfg.StartColor)) & 1)
 	type key struct {
@@ -309,12 +410,22 @@ func (r *Runner) record(cfg *Config, n int64, counters []Counter, samples []Samp
 	}
 	p := &Period{SchemaVersion: SchemaVersion, Probe: cfg.ProbeID, Period: n, PeriodNs: L, Color: color, StartTAINs: n * L,
 		Counters: slices.Clone(counters), Samples: slices.Clone(samples)}
-	// Every point has a row even when the datapath gave none (no packet): a missing row is not
-	// a zero to a reader. Carriers with FlowMonIDs have rows per flow seen only.
-	if cfg.Carrier != carrierIPv6AltMrk {
-		for _, pt := range cfg.Points() {
-			if !slices.ContainsFunc(p.Counters, func(c Counter) bool { return c.Ifname == pt.Ifname && c.Direction == pt.Direction }) {
-				p.Counters = append(p.Counters, Counter{Ifname: pt.Ifname, Direction: pt.Direction, FlowMonID: -1, HashBits: int32(cfg.HashBits)})
+	rows := map[key]bool{}
+	for _, c := range p.Counters {
+		rows[key{c.Ifname, c.Direction, c.FlowMonID}] = true
+	}
+	for _, pt := range cfg.Points() {
+		// The zero rows take the point's interface index and hash length from its own row.
+		zero := Counter{Ifname: pt.Ifname, Direction: pt.Direction, FlowMonID: -1, HashBits: int32(cfg.HashBits)}
+		if i := slices.IndexFunc(p.Counters, func(c Counter) bool {
+			return c.Ifname == pt.Ifname && c.Direction == pt.Direction
+		}); i >= 0 {
+			zero.Ifindex, zero.HashBits = p.Counters[i].Ifindex, p.Counters[i].HashBits
+		}
+		for _, id := range append([]int64{-1}, ids...) {
+			if !rows[key{pt.Ifname, pt.Direction, id}] {
+				zero.FlowMonID = id
+				p.Counters = append(p.Counters, zero)
 			}
 		}
 	}
@@ -333,43 +444,58 @@ func (r *Runner) record(cfg *Config, n int64, counters []Counter, samples []Samp
 		return cmp.Or(cmp.Compare(a.Ifname, b.Ifname), cmp.Compare(a.Direction, b.Direction), cmp.Compare(a.FlowMonID, b.FlowMonID))
 	})
 	slices.SortStableFunc(p.Samples, func(a, b Sample) int { return cmp.Compare(a.TAINs, b.TAINs) })
-	if p.Counters == nil {
-		p.Counters = []Counter{}
-	}
 	if p.Samples == nil {
 		p.Samples = []Sample{}
 	}
 	return p
 }
 
-// flush writes the pending records in order; a failure keeps them for the next period.
-func (r *Runner) flush(rn *run) {
-	for len(rn.pending) > 0 {
-		p := rn.pending[0]
-		if err := rn.store.Write(p); err != nil {
-			r.Metrics.WriteErrors.Inc()
-			r.mu.Lock()
-			r.status.WriteErrors++
-			r.mu.Unlock()
-			r.report("write %v", err)
-			break
+// flowmonRows says which FlowMonIDs every point writes a row for (ipv6-altmark): the
+// configured ones, and those counted at any of the probe's points in the last keep periods.
+type flowmonRows struct {
+	fixed []IDRange
+	keep  int64
+	last  map[int64]int64 // FlowMonID → the last period it was counted in
+}
+
+// maxLearnedFlowMons bounds the learned FlowMonIDs; past it the longest silent are forgotten.
+const maxLearnedFlowMons = 1 << 16
+
+func newFlowmonRows(cfg *Config) *flowmonRows {
+	if cfg.Carrier != carrierIPv6AltMrk {
+		return nil
+	}
+	f := &flowmonRows{fixed: cfg.FlowMonIDs, last: map[int64]int64{}}
+	if cfg.FlowMonKeep != nil {
+		f.keep = *cfg.FlowMonKeep
+	}
+	return f
+}
+
+// ids learns from period n's counters and returns the FlowMonIDs that get rows in n, sorted.
+func (f *flowmonRows) ids(n int64, counters []Counter) []int64 {
+	if f == nil {
+		return nil
+	}
+	for _, c := range counters {
+		if c.FlowMonID >= 0 && c.Packets > 0 {
+			f.last[c.FlowMonID] = n
 		}
-		rn.pending = rn.pending[1:]
-		r.Metrics.observe(p)
-		r.mu.Lock()
-		n := p.Period
-		r.status.LastPeriod = &n
-		r.status.PeriodsWritten++
-		r.mu.Unlock()
 	}
-	for len(rn.pending) > maxPending {
-		r.skip("write_failed", "period %d: dropped after %d periods of write errors", rn.pending[0].Period, maxPending)
-		rn.pending = rn.pending[1:]
+	maps.DeleteFunc(f.last, func(_, last int64) bool { return n-last > f.keep })
+	if len(f.last) > maxLearnedFlowMons {
+		byAge := slices.SortedFunc(maps.Keys(f.last), func(a, b int64) int { return cmp.Compare(f.last[a], f.last[b]) })
+		for _, id := range byAge[:len(byAge)-maxLearnedFlowMons] {
+			delete(f.last, id)
+		}
 	}
-	r.Metrics.PendingWrites.Set(float64(len(rn.pending)))
-	r.mu.Lock()
-	r.status.PendingWrites = len(rn.pending)
-	r.mu.Unlock()
+	set := maps.Clone(f.last)
+	for _, r := range f.fixed {
+		for id := int64(r.First); id <= int64(r.Last); id++ {
+			set[id] = n
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
 }
 
 func (r *Runner) exportPeriod(rn *run, p *Period) {

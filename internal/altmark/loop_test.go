@@ -2,8 +2,10 @@ package altmark
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,7 +206,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // A point the datapath gave no row for (no packet in the period) gets a zero row.
 func TestRecordHasARowPerPoint(t *testing.T) {
 	cfg := testConfig(t, "")
-	p := (&Runner{}).record(cfg, 10, []Counter{{Ifname: "eth0", Direction: "out", Ifindex: 2, FlowMonID: -1, Packets: 5}}, nil)
+	p := (&Runner{}).record(cfg, 10, []Counter{{Ifname: "eth0", Direction: "out", Ifindex: 2, FlowMonID: -1, Packets: 5}}, nil, nil)
 	var got []string
 	for _, c := range p.Counters {
 		got = append(got, c.Ifname+"/"+c.Direction)
@@ -217,5 +219,142 @@ func TestRecordHasARowPerPoint(t *testing.T) {
 	}
 	if p.Samples == nil || len(p.Samples) != 0 {
 		t.Errorf("samples %v, want empty", p.Samples)
+	}
+}
+
+// flowDatapath counts FlowMonID 5 on eth0 in, in the periods of on only, as the kernel probe
+// reports ipv6-altmark: rows for the FlowMonIDs seen, none for the points' own counts.
+type flowDatapath struct {
+	memDatapath
+	on func(n int64) bool
+}
+
+func (d *flowDatapath) Read(n int64) ([]Counter, []Sample, error) {
+	d.memDatapath.Read(n)
+	if !d.on(n) {
+		return nil, nil, nil
+	}
+	return []Counter{{Ifname: "eth0", Ifindex: 2, Direction: "in", FlowMonID: 5, Packets: 10, HashBits: 9}}, nil, nil
+}
+
+// With ipv6-altmark every point writes its own row and a row for each configured FlowMonID and
+// each one seen in the last flowmon_keep periods, zeros when nothing came: an outage of a
+// flow reads as zero packets, not as a point gone.
+func TestEveryPointWritesItsFlowMonIDsRowsInEveryPeriod(t *testing.T) {
+	const c = 6_000_000
+	cfg := testConfig(t, "periods: 8\n")
+	cfg.Carrier = carrierIPv6AltMrk
+	cfg.DSCPBits = nil
+	cfg.FlowMonIDs = []IDRange{{100, 101}}
+	keep := int64(3)
+	cfg.FlowMonKeep = &keep
+	r, dps := testRunner(t, cfg, newFakeClock(c*sec, 1<<62))
+	r.Open = func(s ProbeSpec) (Datapath, error) {
+		dp := &flowDatapath{memDatapath: memDatapath{spec: s}, on: func(n int64) bool { return n == c+2 }}
+		*dps = append(*dps, &dp.memDatapath)
+		return dp, nil
+	}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Wait()
+	for n := int64(c + 1); n <= c+8; n++ {
+		p, err := r.Store().Read(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := []int64{-1, 100, 101}
+		if n >= c+2 && n <= c+2+keep {
+			ids = []int64{-1, 5, 100, 101} // seen in c+2, kept 3 periods more
+		}
+		var want, got []string
+		for _, pt := range cfg.Points() {
+			for _, id := range ids {
+				want = append(want, fmt.Sprintf("%s/%s/%d", pt.Ifname, pt.Direction, id))
+			}
+		}
+		for _, row := range p.Counters {
+			got = append(got, fmt.Sprintf("%s/%s/%d", row.Ifname, row.Direction, row.FlowMonID))
+			packets := int64(0)
+			if n == c+2 && row.Ifname == "eth0" && row.Direction == "in" && row.FlowMonID == 5 {
+				packets = 10
+			}
+			if row.Packets != packets || row.Carrier != carrierIPv6AltMrk || row.PeriodNs != sec {
+				t.Errorf("period %d: row %+v", n, row)
+			}
+			if n == c+2 && row.Ifname == "eth0" && row.Direction == "in" && row.HashBits != 9 {
+				t.Errorf("period %d: zero row %+v does not take the point's hash length", n, row)
+			}
+		}
+		if !slices.Equal(got, want) { // sorted by point, then FlowMonID
+			t.Errorf("period %d: rows %v, want %v", n, got, want)
+		}
+	}
+}
+
+// blockedWriter makes every write wait until release is closed: a disk that hangs.
+func blockedWriter(r *Runner) (release func()) {
+	ch := make(chan struct{})
+	r.writeHook = func(*Period) { <-ch }
+	return sync.OnceFunc(func() { close(ch) })
+}
+
+// Reads never wait on writes: with the writer stuck, every period is still read on time, and
+// the records are written, in order and complete, once the disk moves again.
+func TestReadsDoNotWaitForASlowWriter(t *testing.T) {
+	const c = 7_000_000
+	cfg := testConfig(t, "periods: 6\n")
+	clock := newFakeClock(c*sec, 1<<62)
+	r, dps := testRunner(t, cfg, clock)
+	release := blockedWriter(r)
+	t.Cleanup(release)
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// c-1 and c clear; c+1..c+6 are read while the first write still hangs.
+	waitFor(t, func() bool { return len((*dps)[0].readList()) == 8 })
+	if st := r.Status(); st.PeriodsWritten != 0 || st.PendingWrites != 6 {
+		t.Errorf("status while the disk hangs: %+v", st)
+	}
+	if v := testutil.ToFloat64(r.Metrics.PendingWrites); v != 6 {
+		t.Errorf("pending metric %v", v)
+	}
+	release()
+	r.Wait()
+	ps, _ := r.Store().Periods()
+	if want := []int64{c + 1, c + 2, c + 3, c + 4, c + 5, c + 6}; !slices.Equal(ps, want) {
+		t.Errorf("periods %v, want %v", ps, want)
+	}
+	if st := r.Status(); st.PeriodsWritten != 6 || st.PendingWrites != 0 || st.PeriodsSkipped != 0 || st.State != "finished" {
+		t.Errorf("status %+v", st)
+	}
+}
+
+// A writer maxPending records behind: the records that do not fit are dropped, counted and
+// said so (never silently), and the reads stay on time.
+func TestAFullWriteQueueDropsLoudly(t *testing.T) {
+	const c = 8_000_000
+	const periods = maxPending + 10
+	cfg := testConfig(t, fmt.Sprintf("periods: %d\n", periods))
+	r, _ := testRunner(t, cfg, newFakeClock(c*sec, 1<<62))
+	release := blockedWriter(r)
+	t.Cleanup(release)
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return r.Status().PeriodsSkipped >= periods-maxPending-1 })
+	release()
+	r.Wait()
+	st := r.Status()
+	backlog := testutil.ToFloat64(r.Metrics.PeriodsSkipped.WithLabelValues("write_backlog"))
+	if st.PeriodsWritten+st.PeriodsSkipped != periods || int64(backlog) != st.PeriodsSkipped || st.PeriodsWritten < maxPending {
+		t.Errorf("status %+v, write_backlog %v", st, backlog)
+	}
+	if !strings.Contains(st.LastError, "slow or failing disk") {
+		t.Errorf("last error %q", st.LastError)
+	}
+	ps, _ := r.Store().Periods()
+	if int64(len(ps)) != st.PeriodsWritten || ps[0] != c+1 {
+		t.Errorf("%d periods on disk from %d, %d written", len(ps), ps[0], st.PeriodsWritten)
 	}
 }

@@ -166,7 +166,7 @@ func decodeMarkConfig(el *config.Collector, data []byte) *MarkConfig {
 	}
 	only := func(key, carrier, what string) {
 		if c.raw[key] && c.Carrier != carrier && c.Carrier != "" {
-			el.Add(root.Line, key, "only the %s carrier has %s; carrier is %s", carrier, what, c.Carrier)
+			el.Add(config.KeyLine(root, key), key, "only the %s carrier has %s; carrier is %s", carrier, what, c.Carrier)
 		}
 	}
 	only("dscp_bits", carrierDSCP, "DSCP bits")
@@ -176,7 +176,7 @@ func decodeMarkConfig(el *config.Collector, data []byte) *MarkConfig {
 	only("mtu", carrierIPv6AltMrk, "an MTU to respect (it alone grows packets)")
 	only("backbone", carrierIPv4Flag, "backbone prefixes")
 	if c.Carrier == carrierIPv4Flag && c.Double > 0 {
-		el.Add(root.Line, "double", "the ipv4-flag carrier has one bit, the color; double marking needs dscp or ipv6-altmark")
+		el.Add(config.KeyLine(root, "double"), "double", "the ipv4-flag carrier has one bit, the color; double marking needs dscp or ipv6-altmark")
 	}
 	if c.Carrier == carrierDSCP && c.DSCPBits == nil {
 		c.DSCPBits = []int{0, 1}
@@ -185,7 +185,7 @@ func decodeMarkConfig(el *config.Collector, data []byte) *MarkConfig {
 		c.Header = headerDest
 	}
 	if c.raw["flowmon_range"] && c.FlowMonID != nil {
-		el.Add(root.Line, "flowmon_range", "a range is for flowmon_id: per-flow; flowmon_id is fixed at %d", *c.FlowMonID)
+		el.Add(config.KeyLine(root, "flowmon_range"), "flowmon_range", "a range is for flowmon_id: per-flow; flowmon_id is fixed at %d", *c.FlowMonID)
 	}
 	return c
 }

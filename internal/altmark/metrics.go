@@ -12,7 +12,7 @@ type Metrics struct {
 	Running        prometheus.Gauge
 	LastPeriod     prometheus.Gauge
 	PeriodsWritten prometheus.Counter
-	PeriodsSkipped *prometheus.CounterVec // reason: read_error, late, write_failed
+	PeriodsSkipped *prometheus.CounterVec // reason: read_error, late, write_backlog, write_failed
 	WriteErrors    prometheus.Counter
 	PendingWrites  prometheus.Gauge
 	ExportErrors   prometheus.Counter
@@ -38,11 +38,11 @@ func NewMetrics() *Metrics {
 		PeriodsWritten: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowplane_altmark_periods_written_total",
 			Help: "Period records written completely (Parquet and JSON Lines)."}),
 		PeriodsSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowplane_altmark_periods_skipped_total",
-			Help: "Whole periods without a record, by reason: read_error (the maps could not be read), late (read after its color had started counting the next period of that color), write_failed (dropped after repeated write errors)."}, []string{"reason"}),
+			Help: "Whole periods without a record, by reason: read_error (the maps could not be read), late (read after its color had started counting the next period of that color), write_backlog (the writer was 64 records behind: a slow or hung disk), write_failed (dropped after repeated write errors)."}, []string{"reason"}),
 		WriteErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowplane_altmark_write_errors_total",
 			Help: "Failed attempts to write a period record (full disk, permissions); the record is kept and retried."}),
 		PendingWrites: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowplane_altmark_pending_writes",
-			Help: "Period records read but not yet written because writing failed."}),
+			Help: "Period records read but not yet written (queued for the writer, or kept after a failed write)."}),
 		ExportErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowplane_altmark_ipfix_errors_total",
 			Help: "Periods whose IPFIX export failed."}),
 		ExportedRecs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowplane_altmark_ipfix_records_total",

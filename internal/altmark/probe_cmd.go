@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,7 +19,7 @@ import (
 // probeCommand is `flowplane altmark probe`.
 func probeCommand() *cobra.Command {
 	var cfgFile, listen, tokenFile string
-	var idle bool
+	var idle, exitWhenDone bool
 	cmd := &cobra.Command{
 		Use:   "probe --config FILE [--listen ADDR]",
 		Short: "Count marked packets per period and color, sample them by hash, write period records",
@@ -29,8 +27,9 @@ func probeCommand() *cobra.Command {
 period's counters L/2 after it ends, and write them as Parquet and JSON Lines under data_dir
 (docs/altmark-records.md), exporting them by IPFIX when configured. With --listen, serve the
 REST API (docs/altmark.md); a non-loopback address needs a bearer token, read from
---token-file or $` + TokenEnv + `. Without --listen the probe runs until the configured
-number of periods is recorded or it is interrupted.`,
+--token-file or $` + TokenEnv + `. Without --listen the probe exits when the configured
+number of periods is recorded or it is interrupted; with --listen it keeps serving the
+records (GET /status says "finished") until interrupted, or exits with --exit-when-done.`,
 		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfgFile == "" {
@@ -43,6 +42,9 @@ number of periods is recorded or it is interrupted.`,
 			if idle && listen == "" {
 				return cli.Usagef("--idle waits for POST /start, so it needs --listen")
 			}
+			if exitWhenDone && (listen == "" || cfg.Periods == 0) {
+				return cli.Usagef("--exit-when-done is for --listen with periods: N in the configuration (without --listen the probe exits when its periods are recorded)")
+			}
 			token, err := ReadToken(tokenFile, os.Getenv)
 			if err != nil {
 				return cli.Usage(err)
@@ -52,41 +54,53 @@ number of periods is recorded or it is interrupted.`,
 					return cli.Usage(err)
 				}
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			// Once interrupted, a second interrupt ends the process at once (default handling)
-			// instead of waiting for the period being finished.
-			context.AfterFunc(ctx, stop)
-			return runProbe(ctx, cfg, listen, token, idle, OpenProbe, nil)
+			// main cancels the context on SIGINT or SIGTERM; a second one ends the process.
+			return runProbe(cmd.Context(), cfg, probeOptions{listen: listen, token: token, idle: idle, exitWhenDone: exitWhenDone}, OpenProbe, nil)
 		},
 	}
 	cmd.Flags().StringVar(&cfgFile, "config", "", "probe configuration file (YAML; docs/altmark.md)")
 	cmd.Flags().StringVar(&listen, "listen", "", "serve the REST API on this address, e.g. 127.0.0.1:9464")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the API's bearer token (else $"+TokenEnv+")")
 	cmd.Flags().BoolVar(&idle, "idle", false, "with --listen: do not start measuring until POST /start")
+	cmd.Flags().BoolVar(&exitWhenDone, "exit-when-done", false, "with --listen: exit once the configured periods are recorded")
 	return cmd
 }
 
-// runProbe runs the probe until ctx ends (or, without an API, until its periods are recorded).
-// listening, if not nil, is told the API's address.
-func runProbe(ctx context.Context, cfg *Config, listen, token string, idle bool, open func(ProbeSpec) (Datapath, error), listening func(string)) error {
+// probeOptions are the command's flags besides the configuration.
+type probeOptions struct {
+	listen, token      string
+	idle, exitWhenDone bool
+}
+
+// runProbe runs the probe until ctx ends; without an API (or with exitWhenDone) also until its
+// periods are recorded. listening, if not nil, is told the API's address.
+func runProbe(ctx context.Context, cfg *Config, o probeOptions, open func(ProbeSpec) (Datapath, error), listening func(string)) error {
 	r := NewRunner(cfg, open)
 	r.Check = (*Config).CheckInterfaces
+	finished := make(chan struct{}, 1)
+	r.OnEnd = func(state string) {
+		if state == "finished" {
+			select {
+			case finished <- struct{}{}:
+			default:
+			}
+		}
+	}
 	var srv *http.Server
 	srvErr := make(chan error, 1)
-	if listen != "" {
-		ln, err := net.Listen("tcp", listen)
+	if o.listen != "" {
+		ln, err := net.Listen("tcp", o.listen)
 		if err != nil {
 			return fmt.Errorf("--listen: %w", err)
 		}
-		srv = &http.Server{Handler: (&API{R: r, Token: token}).Handler(), ReadHeaderTimeout: 10 * time.Second}
+		srv = &http.Server{Handler: (&API{R: r, Token: o.token}).Handler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { srvErr <- srv.Serve(ln) }()
-		slog.Info("altmark probe API", "listen", ln.Addr().String(), "token", token != "")
+		slog.Info("altmark probe API", "listen", ln.Addr().String(), "token", o.token != "")
 		if listening != nil {
 			listening(ln.Addr().String())
 		}
 	}
-	if !idle {
+	if !o.idle {
 		if err := r.Start(); err != nil {
 			var es config.Errors
 			if errors.As(err, &es) {
@@ -95,22 +109,24 @@ func runProbe(ctx context.Context, cfg *Config, listen, token string, idle bool,
 			return err
 		}
 	}
-	done := r.Done()
-	if srv == nil {
-		select {
-		case <-ctx.Done():
-		case <-done:
-		}
-	} else {
-		select {
-		case <-ctx.Done():
-		case err := <-srvErr:
-			r.Stop()
-			return fmt.Errorf("API server: %w", err)
-		}
+	var untilDone <-chan struct{}
+	if srv == nil || o.exitWhenDone {
+		untilDone = finished
+	} else if cfg.Periods > 0 {
+		go func() {
+			<-finished
+			slog.Info("altmark probe finished its periods; the API still serves the records (interrupt to exit, or --exit-when-done)")
+		}()
 	}
-	if ctx.Err() != nil {
-		slog.Info("altmark probe stopping: the period that has ended is still read (at most L/2); interrupt again to quit at once")
+	select {
+	case <-ctx.Done():
+		if r.Status().State == "running" {
+			slog.Info("altmark probe stopping: the period that has ended is still read (at most L/2); interrupt again to quit at once")
+		}
+	case <-untilDone:
+	case err := <-srvErr:
+		r.Stop()
+		return fmt.Errorf("API server: %w", err)
 	}
 	if err := r.Stop(); err != nil && !errors.Is(err, ErrNotRunning) {
 		return err

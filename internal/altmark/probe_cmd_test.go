@@ -2,6 +2,7 @@ package altmark
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"testing"
@@ -19,7 +20,7 @@ func TestRunProbeOnTheTAIClock(t *testing.T) {
 	var dp *memDatapath
 	open := func(s ProbeSpec) (Datapath, error) { dp = &memDatapath{spec: s}; return dp, nil }
 	start := taiClock{}.Now()
-	if err := runProbe(context.Background(), cfg, "", "", false, open, nil); err != nil {
+	if err := runProbe(context.Background(), cfg, probeOptions{}, open, nil); err != nil {
 		t.Fatal(err)
 	}
 	ps, _ := (Store{Dir: cfg.DataDir, Probe: cfg.ProbeID}).Periods()
@@ -36,7 +37,7 @@ func TestRunProbeOnTheTAIClock(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- runProbe(ctx, cfg, "127.0.0.1:0", "", false, open, func(a string) { addr <- a }) }()
+	go func() { done <- runProbe(ctx, cfg, probeOptions{listen: "127.0.0.1:0"}, open, func(a string) { addr <- a }) }()
 	url := "http://" + <-addr
 	waitFor(t, func() bool {
 		resp, err := http.Get(url + "/status")
@@ -55,5 +56,53 @@ func TestRunProbeOnTheTAIClock(t *testing.T) {
 	}
 	if _, err := http.Get(url + "/status"); err == nil {
 		t.Error("the API still answers after the probe stopped")
+	}
+}
+
+// With --listen and periods: N the probe keeps serving its records after the last period and
+// says so in /status ("finished"); with --exit-when-done it exits by itself.
+func TestListeningProbeFinishes(t *testing.T) {
+	cfg := testConfig(t, "periods: 2\n")
+	cfg.Period = Duration(100 * time.Millisecond)
+	cfg.Interfaces = []Interface{{Name: "lo", Direction: "both"}}
+	open := func(s ProbeSpec) (Datapath, error) { return &memDatapath{spec: s}, nil }
+	for _, exit := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		addr := make(chan string, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- runProbe(ctx, cfg, probeOptions{listen: "127.0.0.1:0", exitWhenDone: exit}, open, func(a string) { addr <- a })
+		}()
+		url := "http://" + <-addr
+		if exit {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("--exit-when-done: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("--exit-when-done: the probe did not exit after its periods")
+			}
+			cancel()
+			continue
+		}
+		waitFor(t, func() bool {
+			resp, err := http.Get(url + "/status")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var st Status
+			return json.NewDecoder(resp.Body).Decode(&st) == nil && st.State == "finished"
+		})
+		select {
+		case err := <-done:
+			t.Fatalf("the probe exited after its periods without --exit-when-done: %v", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -341,7 +341,7 @@ func (p *Probe) Read(n int64) ([]Counter, []Sample, error) {
 		out = append(out, *c)
 	}
 	for i, kp := range p.points {
-		if seen[i] || (p.spec.Carrier == carrierIPv6AltMrk && malformed[i] == 0) {
+		if seen[i] {
 			continue
 		}
 		out = append(out, Counter{Ifname: kp.Ifname, Ifindex: int32(kp.ifindex), Direction: kp.Direction, FlowMonID: -1,

@@ -23,7 +23,7 @@ func testPeriod(n int64, samples int) *Period {
 	dp := &memDatapath{spec: ProbeSpec{Points: []Point{{"eth0", "in"}, {"eth0", "out"}}, PeriodNs: sec, HashBits: 8}, nSamples: samples}
 	cs, ss, _ := dp.Read(n)
 	cfg := &Config{ProbeID: "r1", Period: Duration(time.Second), Carrier: "dscp", HashRef: 0x55}
-	return (&Runner{}).record(cfg, n, cs, ss)
+	return (&Runner{}).record(cfg, n, cs, ss, nil)
 }
 
 func TestRecordFilesFollowTheContract(t *testing.T) {

@@ -134,6 +134,17 @@ func HasKey(v *yaml.Node, key string) bool {
 	return false
 }
 
+// KeyLine is the line of key in mapping v, or v's own line when v has no such key: an error
+// about a key's value in the context of others points at the key.
+func KeyLine(v *yaml.Node, key string) int {
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		if v.Content[i].Value == key {
+			return v.Content[i].Line
+		}
+	}
+	return v.Line
+}
+
 // Join appends key to a field path.
 func Join(field, key string) string {
 	if field == "" {
