@@ -37,7 +37,9 @@ func TestRunProbeOnTheTAIClock(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- runProbe(ctx, cfg, probeOptions{listen: "127.0.0.1:0"}, open, func(a string) { addr <- a }) }()
+	go func() {
+		done <- runProbe(ctx, cfg, probeOptions{listen: "127.0.0.1:0"}, open, func(a string) { addr <- a })
+	}()
 	url := "http://" + <-addr
 	waitFor(t, func() bool {
 		resp, err := http.Get(url + "/status")
