@@ -1,10 +1,10 @@
-"""Negative loss and missing points raise alarms; loss is never computed from part of a
-cluster's points."""
+"""Negative loss, outages and missing points raise alarms; loss is never computed from part of
+a cluster's points, and an outage (points there, counting zero) is not a missing point."""
 
 from __future__ import annotations
 
 import pytest
-from conftest import ENGINES, Run
+from conftest import ENGINES, Run, lab6_links
 
 from flowplane_analytics import clusters, synth
 
@@ -80,3 +80,20 @@ def test_cli_fail_on_alarm(alarm_dataset, capsys):
     err = capsys.readouterr().err
     assert code == 3
     assert "negative loss" in err and "no counters for out point r3:eth3:out" in err
+
+
+@pytest.mark.parametrize("eng", ENGINES)
+def test_outage_is_loss_not_a_missing_point(eng, cons, tmp_path, lab6):
+    """A wire that drops everything: its points still write zero rows, so its cluster reads
+    every packet in as lost, rate 1, alarm outage, no missing point."""
+    wire = lab6_links(lab6, "r3", "r5")[0]
+    spec = synth.Spec(periods=2, packets=300, hash_bits=4, seed=7, loss_prob={wire: 1.0})
+    truth = synth.generate(lab6, spec, tmp_path)
+    cs = clusters.resolve(lab6)
+    cid = {c.label: c.id for c in cs}[f"{wire[0].id} → {wire[1].id}"]
+    df = Run(cons(eng), tmp_path, lab6, cs).loss().set_index(["period", "cluster"])
+    for n in truth.periods:
+        row = df.loc[(n, cid)]
+        assert row.alarm == "outage" and row.missing == 0 and row.out_packets == 0
+        assert row.loss == row.in_packets == truth.loss_of(n, [wire]) > 0
+        assert row.loss_rate == 1.0

@@ -3,6 +3,7 @@ package topo
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,11 +55,11 @@ type spec struct {
 func decode(file string, data []byte) (*spec, config.Errors) {
 	el := &config.Collector{File: file}
 	s := &spec{}
-	root := el.Root(data, "a topology needs nodes and links (see docs/lab.md)")
+	root := el.Root(data, msgEmpty)
 	if root == nil {
 		return s, el.Errs
 	}
-	el.EachKey(root, "", []string{"name", "nodes", "links"}, func(key string, v *yaml.Node) {
+	el.EachKey(root, "", TopLevel.Keys, func(key string, v *yaml.Node) {
 		switch key {
 		case "name":
 			if str, ok := el.Scalar(v, "name"); ok {
@@ -75,10 +76,10 @@ func decode(file string, data []byte) (*spec, config.Errors) {
 	})
 	if root.Kind == yaml.MappingNode {
 		if s.nodes == nil && !config.HasKey(root, "nodes") {
-			el.Add(root.Line, "nodes", "missing; list the hosts and routers, e.g. nodes: {h1: {}, r1: {kind: router}}")
+			el.Add(root.Line, "nodes", "%s", msgNodesMissing)
 		}
 		if s.links == nil && !config.HasKey(root, "links") {
-			el.Add(root.Line, "links", "missing; list the links, e.g. links: [{endpoints: [h1, r1]}]")
+			el.Add(root.Line, "links", "%s", msgLinksMissing)
 		}
 	}
 	return s, el.Errs
@@ -86,7 +87,7 @@ func decode(file string, data []byte) (*spec, config.Errors) {
 
 func decodeNodes(el *config.Collector, v *yaml.Node) []nodeSpec {
 	if v.Kind != yaml.MappingNode {
-		el.Add(v.Line, "nodes", "must be a mapping of node name to its settings, e.g. {h1: {}, r1: {kind: router}}")
+		el.Add(v.Line, "nodes", "%s", msgNodesType)
 		return nil
 	}
 	var nodes []nodeSpec
@@ -95,27 +96,24 @@ func decodeNodes(el *config.Collector, v *yaml.Node) []nodeSpec {
 		field := "nodes." + k.Value
 		n := nodeSpec{name: k.Value, line: k.Line, kind: Host}
 		if !nodeNameRE.MatchString(k.Value) {
-			el.Add(k.Line, field, "node name %q must be 1-15 lowercase letters, digits or dashes, starting with a letter", k.Value)
+			el.Add(k.Line, field, msgNodeName, k.Value)
 		}
-		el.EachKey(val, field, []string{"kind", "xdp", "env"}, func(key string, kv *yaml.Node) {
+		el.EachKey(val, field, NodeLevel.Keys, func(key string, kv *yaml.Node) {
 			switch key {
 			case "kind":
 				if str, ok := el.Scalar(kv, field+".kind"); ok {
-					switch Kind(str) {
-					case Host, Router:
+					if isKind(str) {
 						n.kind = Kind(str)
-					default:
-						el.Add(kv.Line, field+".kind", "unknown kind %q; use host or router", str)
+					} else {
+						el.Add(kv.Line, field+".kind", msgKind, str)
 					}
 				}
 			case "xdp":
 				if str, ok := el.Scalar(kv, field+".xdp"); ok {
-					switch str {
-					case "true":
-						n.xdp = true
-					case "false":
-					default:
-						el.Add(kv.Line, field+".xdp", "%q is not a boolean; write true or false", str)
+					if slices.Contains(Booleans, str) {
+						n.xdp = str == "true"
+					} else {
+						el.Add(kv.Line, field+".xdp", msgBoolean, str)
 					}
 				}
 			case "env":
@@ -125,21 +123,21 @@ func decodeNodes(el *config.Collector, v *yaml.Node) []nodeSpec {
 		nodes = append(nodes, n)
 	}
 	if len(nodes) == 0 {
-		el.Add(v.Line, "nodes", "no nodes; a topology needs at least two")
+		el.Add(v.Line, "nodes", "%s", msgNodesEmpty)
 	}
 	return nodes
 }
 
 func decodeEnv(el *config.Collector, v *yaml.Node, field string) map[string]string {
 	if v.Kind != yaml.MappingNode {
-		el.Add(v.Line, field, "must be a mapping of variable name to value")
+		el.Add(v.Line, field, "%s", msgEnvType)
 		return nil
 	}
 	env := map[string]string{}
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		k, val := v.Content[i], v.Content[i+1]
-		if k.Value == "" || strings.ContainsAny(k.Value, "= \t") {
-			el.Add(k.Line, field, "%q is not a variable name", k.Value)
+		if k.Value == "" || strings.ContainsAny(k.Value, EnvNameForbidden) {
+			el.Add(k.Line, field, msgEnvName, k.Value)
 			continue
 		}
 		if str, ok := el.Scalar(val, field+"."+k.Value); ok {
@@ -149,11 +147,9 @@ func decodeEnv(el *config.Collector, v *yaml.Node, field string) map[string]stri
 	return env
 }
 
-var linkKeys = []string{"endpoints", "mtu", "rate", "loss", "delay", "jitter", "reorder", "duplicate", "corrupt"}
-
 func decodeLinks(el *config.Collector, v *yaml.Node) []linkSpec {
 	if v.Kind != yaml.SequenceNode {
-		el.Add(v.Line, "links", "must be a list of links, e.g. [{endpoints: [h1, r1]}]")
+		el.Add(v.Line, "links", "%s", msgLinksType)
 		return nil
 	}
 	links := make([]linkSpec, 0, len(v.Content))
@@ -178,7 +174,7 @@ func decodeLinks(el *config.Collector, v *yaml.Node) []linkSpec {
 				*dst = d
 			}
 		}
-		el.EachKey(lv, field, linkKeys, func(key string, kv *yaml.Node) {
+		el.EachKey(lv, field, LinkLevel.Keys, func(key string, kv *yaml.Node) {
 			switch key {
 			case "endpoints":
 				l.ends = decodeEndpoints(el, kv, field+".endpoints")
@@ -214,7 +210,7 @@ func decodeLinks(el *config.Collector, v *yaml.Node) []linkSpec {
 			}
 		})
 		if lv.Kind == yaml.MappingNode && !config.HasKey(lv, "endpoints") {
-			el.Add(lv.Line, field+".endpoints", "missing; name the two nodes the link joins, e.g. endpoints: [h1, r1]")
+			el.Add(lv.Line, field+".endpoints", "%s", msgEndpointsMissing)
 		}
 		if l.jitter > l.delay {
 			el.Add(lv.Line, field+".jitter", "jitter %v is larger than delay %v; jitter varies the delay and cannot make it negative", l.jitter, l.delay)
@@ -225,11 +221,11 @@ func decodeLinks(el *config.Collector, v *yaml.Node) []linkSpec {
 }
 
 func decodeEndpoints(el *config.Collector, v *yaml.Node, field string) []endpointSpec {
-	if v.Kind != yaml.SequenceNode || len(v.Content) != 2 {
-		el.Add(v.Line, field, "must list exactly two endpoints, e.g. [h1, r1] or [{node: h1, ipv4: 198.18.1.1/24}, …]")
+	if v.Kind != yaml.SequenceNode || len(v.Content) != EndpointsPerLink {
+		el.Add(v.Line, field, "%s", msgEndpointsType)
 		return nil
 	}
-	ends := make([]endpointSpec, 0, 2)
+	ends := make([]endpointSpec, 0, EndpointsPerLink)
 	for i, ev := range v.Content {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		e := endpointSpec{line: ev.Line}
@@ -238,7 +234,7 @@ func decodeEndpoints(el *config.Collector, v *yaml.Node, field string) []endpoin
 			ends = append(ends, e)
 			continue
 		}
-		el.EachKey(ev, f, []string{"node", "ipv4", "ipv6"}, func(key string, kv *yaml.Node) {
+		el.EachKey(ev, f, EndpointLevel.Keys, func(key string, kv *yaml.Node) {
 			str, ok := el.Scalar(kv, f+"."+key)
 			if !ok {
 				return
@@ -265,7 +261,7 @@ func decodeEndpoints(el *config.Collector, v *yaml.Node, field string) []endpoin
 			}
 		})
 		if e.node == "" && ev.Kind == yaml.MappingNode && !config.HasKey(ev, "node") {
-			el.Add(ev.Line, f+".node", "missing; name the node this endpoint is on")
+			el.Add(ev.Line, f+".node", "%s", msgEndpointNodeMiss)
 		}
 		ends = append(ends, e)
 	}

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import time
-from collections.abc import Sequence
+import traceback
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +17,59 @@ import pandas as pd
 
 from . import clusters as clus
 from . import collect as coll
-from . import engine, metrics, output, records, synth, topology
+from . import engine, filecheck, metrics, output, records, synth, topology
 
+# Exit codes: 0 done; 1 a probe failed (collect) or an internal error; 2 bad input (a flag,
+# the topology, the dataset), said in one line before anything was written; 3 an alarm with
+# --fail-on-alarm.
+EXIT_INTERNAL = 1
 EXIT_USAGE = 2
 EXIT_ALARM = 3
 
 
 class UsageError(Exception):
     pass
+
+
+def _int_at_least(low: int, note: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number ≥ low."""
+
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{s!r} is not a whole number") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"{v}: want {low} or more{note}")
+        return v
+
+    return parse
+
+
+def _number_in(low: float, high: float | None = None, above: bool = False) -> Callable:
+    """An argparse type: a number from low (excluded if above) to high."""
+
+    def parse(s: str) -> float:
+        try:
+            v = float(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+        if v != v or v < low or (above and v == low) or (high is not None and v > high):
+            want = f"more than {low:g}" if above else f"{low:g} or more"
+            if high is not None:
+                want = f"from {low:g} to {high:g}"
+            raise argparse.ArgumentTypeError(f"{s}: want {want}")
+        return v
+
+    return parse
+
+
+def _master(s: str) -> str:
+    try:
+        engine.check_master(s)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix(f"--master {s!r}: ")) from None
+    return s
 
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
@@ -31,13 +80,17 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
         default="duckdb",
         help="duckdb (in-process, default) or spark",
     )
-    g.add_argument("--master", help="Spark master URL (default local[*]; e.g. spark://host:7077)")
+    g.add_argument(
+        "--master",
+        type=_master,
+        help="Spark master URL (default local[*]; e.g. spark://host:7077)",
+    )
     g.add_argument("--memory-limit", help="DuckDB memory limit, e.g. 2GB (spills beyond it)")
     g.add_argument("--temp-dir", help="DuckDB spill directory")
-    g.add_argument("--threads", type=int, help="DuckDB threads")
+    g.add_argument("--threads", type=_int_at_least(1), help="DuckDB threads")
     g.add_argument(
         "--batch-periods",
-        type=int,
+        type=_int_at_least(0, " (0: one query)"),
         metavar="N",
         help="run loss and delay in queries of N periods each (same answer; keeps a large "
         f"dataset's joins and sorts in memory). Default: {engine.AUTO_BATCH} with DuckDB on "
@@ -86,8 +139,26 @@ def _metric_args(p: argparse.ArgumentParser, topo_required: bool = True) -> None
         help="auto (default): DATA/compact/ when `compact` wrote it and no period came since, "
         "else the partitioned records",
     )
+    _skip_arg(p)
     _engine_args(p)
     _out_args(p)
+
+
+def _skip_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--skip-bad-files",
+        action="store_true",
+        help="leave out record files that cannot be read (truncated, not Parquet), naming them "
+        "on stderr: their probe's period is read as not recorded (its points are missing "
+        "points). Without it such a file is an error (exit 2)",
+    )
+
+
+def _hash_bits(s: str) -> int:
+    v = _int_at_least(0)(s)
+    if v > 31:
+        raise argparse.ArgumentTypeError(f"{v}: want 0 to 31 (hashes are 32 bits)")
+    return v
 
 
 def parser() -> argparse.ArgumentParser:
@@ -108,14 +179,18 @@ def parser() -> argparse.ArgumentParser:
         help="a probe's API, e.g. http://198.18.0.1:9464 (repeatable)",
     )
     p.add_argument("--token-file", help=f"bearer token for every probe (else ${coll.TOKEN_ENV})")
-    p.add_argument("--retries", type=int, default=3, help="retries per request (default 3)")
+    p.add_argument(
+        "--retries", type=_int_at_least(0), default=3, help="retries per request (default 3)"
+    )
     p.add_argument(
         "--retry-wait",
-        type=float,
+        type=_number_in(0),
         default=1.0,
         help="first pause between retries in seconds, doubling (default 1)",
     )
-    p.add_argument("--timeout", type=float, default=10.0, help="per request, seconds")
+    p.add_argument(
+        "--timeout", type=_number_in(0, above=True), default=10.0, help="per request, seconds"
+    )
     p.add_argument("--no-jsonl", action="store_true", help="do not keep jsonl/<probe>/<n>.jsonl")
     _out_args(p)
 
@@ -124,6 +199,7 @@ def parser() -> argparse.ArgumentParser:
         help="rewrite a dataset's records into DATA/compact/ (few large files, integer columns)",
     )
     p.add_argument("--data", "-d", required=True, help="dataset directory (local)")
+    _skip_arg(p)
     _engine_args(p)
 
     p = sub.add_parser("clusters", help="clusters of a topology (table, PNG)")
@@ -151,7 +227,12 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("paths", help="each sampled packet's hops in time order")
     _metric_args(p)
-    p.add_argument("--limit", type=int, default=1000, help="packets (default 1000; 0 = all)")
+    p.add_argument(
+        "--limit",
+        type=_int_at_least(0, " (0: all)"),
+        default=1000,
+        help="packets (default 1000; 0 = all)",
+    )
 
     p = sub.add_parser("report", help="HTML page with the tables and plots")
     _metric_args(p)
@@ -161,12 +242,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("topology")
     _hosts_arg(p)
     p.add_argument("--data", "-d", required=True)
-    p.add_argument("--periods", type=int, default=10)
-    p.add_argument("--packets", type=int, default=2000, help="per host pair and period")
-    p.add_argument("--loss", type=float, default=0.01, help="loss probability on every MP link")
-    p.add_argument("--hash-bits", type=int, default=4)
-    p.add_argument("--jitter-ns", type=int, default=20_000)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--periods", type=_int_at_least(1), default=10)
+    p.add_argument(
+        "--packets", type=_int_at_least(0), default=2000, help="per host pair and period"
+    )
+    p.add_argument(
+        "--loss",
+        type=_number_in(0, 1),
+        default=0.01,
+        help="loss probability on every MP link (0 to 1)",
+    )
+    p.add_argument("--hash-bits", type=_hash_bits, default=4, help="0 to 31 (default 4)")
+    p.add_argument("--jitter-ns", type=_int_at_least(0), default=20_000)
+    p.add_argument("--seed", type=_int_at_least(0), default=1)
     p.add_argument(
         "--lab-ifnames",
         action="store_true",
@@ -175,18 +263,46 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _network(path: str, probe_hosts: bool = False) -> topology.Network:
+def _network(path: str, probe_hosts: bool = False, lab: bool = False) -> topology.Network:
+    """The topology, checked: every problem of the file as a usage error, and one whose
+    measurement-point graph has no link (nothing could be measured) too."""
     try:
-        return topology.load(path, probe_hosts=probe_hosts)
-    except (topology.TopologyError, OSError) as e:
+        net = topology.load(path, probe_hosts=probe_hosts)
+    except topology.TopologyError as e:
         raise UsageError(str(e)) from e
+    if lab and net.node_graph is None:
+        raise UsageError(
+            f"{path}: a graph file; synth needs a lab topology (nodes:, links:; docs/lab.md)"
+        )
+    if not net.graph.number_of_edges():
+        if net.node_graph is not None:
+            hint = (
+                "it has no links"
+                if probe_hosts
+                else "no routers (hosts carry a probe only with --probe-hosts)"
+            )
+            raise UsageError(f"{path}: no measurement-point links to analyse: {hint}")
+        raise UsageError(f"{path}: no links: the graph has nothing to analyse")
+    return net
 
 
 def _resolve(net: topology.Network, supers: Sequence[str]) -> list[clus.Cluster]:
+    if supers:
+        ids = [c.id for c in clus.clusterize(net.graph)]
+        for spec in supers:
+            names = [x.strip() for x in spec.replace(",", "+").split("+") if x.strip()]
+            if not names:
+                raise UsageError(f"--super {spec!r}: name the clusters to join, e.g. C1+C2")
+            missing = [x for x in names if x not in ids]
+            if missing:
+                raise UsageError(
+                    f"--super {spec}: no cluster {', '.join(missing)} "
+                    f"(the topology's clusters are C1 to C{len(ids)}; see `clusters`)"
+                )
     try:
         return clus.resolve(net, supers)
     except ValueError as e:
-        raise UsageError(str(e)) from e
+        raise UsageError(f"--super: {e}") from e
 
 
 def _opts(a: argparse.Namespace) -> engine.Options:
@@ -199,16 +315,105 @@ def _opts(a: argparse.Namespace) -> engine.Options:
     )
 
 
-def _setup(a: argparse.Namespace) -> tuple[Any, engine.Dataset, topology.Network, list, Any, Any]:
+def _connect(a: argparse.Namespace) -> Any:
+    try:
+        return engine.connect(_opts(a))
+    except engine.EngineError as e:
+        raise UsageError(str(e)) from e
+
+
+def _locate(a: argparse.Namespace, layout: str) -> engine.Source:
+    """The dataset, located and its files checked before any engine starts."""
+    if "://" in a.data and not a.data.startswith("file://") and a.engine != "spark":
+        raise UsageError(f"--data {a.data}: a remote dataset needs --engine spark")
+    try:
+        return engine.locate(a.data, layout, a.skip_bad_files, a.known_bad)
+    except filecheck.BadFilesError as e:
+        raise UsageError(str(e)) from e
+    except OSError as e:  # FileNotFoundError, NotADirectoryError: messages name the path
+        raise UsageError(str(e)) from e
+
+
+class _SkipAndRetry(Exception):
+    """Files found bad only once an engine failed on them, to leave out in a second run."""
+
+    def __init__(self, bad: list[filecheck.BadFile]) -> None:
+        super().__init__(str(bad[0]))
+        self.bad = bad
+
+
+@contextlib.contextmanager
+def _reading(a: argparse.Namespace, src: engine.Source) -> Iterator[None]:
+    """An engine failing while it reads the dataset: when a file is to blame (a footer that
+    passed `locate`'s check over corrupt pages), name it as a usage error, or with
+    --skip-bad-files have the command run again without it; else re-raise."""
+    try:
+        yield
+    except (UsageError, OSError, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        if not src.local:
+            raise
+        bad = filecheck.deep_check(src.files())
+        if not bad:
+            raise
+        if a.skip_bad_files and not a.known_bad:
+            raise _SkipAndRetry(bad) from e
+        raise UsageError(str(filecheck.BadFilesError(bad, src.hint()))) from e
+
+
+def _check_output(path: str | None, flag: str) -> None:
+    """An output file that cannot be written, said before any work."""
+    if not path:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory; name a file")
+    parent = p.parent
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path}: no directory {parent}")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"{flag} {path}: cannot write in {parent}")
+
+
+def _check_out_args(a: argparse.Namespace) -> None:
+    if hasattr(a, "format"):
+        try:
+            output.check(a.format, a.output)
+        except ValueError as e:
+            raise UsageError(str(e)) from e
+        _check_output(a.output, "--output")
+    for flag in ("png", "html"):
+        _check_output(getattr(a, flag, None), f"--{flag}")
+
+
+def _emit(df: pd.DataFrame, a: argparse.Namespace) -> None:
+    try:
+        output.emit(df, a.format, a.output)
+    except OSError as e:
+        if isinstance(e, BrokenPipeError) or not a.output:
+            raise
+        raise UsageError(f"--output {a.output}: cannot write: {e.strerror or e}") from e
+
+
+def _setup(
+    a: argparse.Namespace,
+) -> tuple[Any, engine.Dataset, engine.Source, topology.Network, list, Any, Any]:
     net = _network(a.topology, a.probe_hosts)
     cs = _resolve(net, a.super)
-    con = engine.connect(_opts(a))
+    src = _locate(a, a.layout)
+    con = _connect(a)
     try:
-        ds = engine.load(con, a.data, layout=a.layout)
-    except FileNotFoundError as e:
-        raise UsageError(str(e)) from e
+        with _reading(a, src):
+            ds = engine.load(con, src)
+    except UsageError:
+        raise
+    except Exception as e:
+        if src.local:
+            raise
+        raise UsageError(f"--data {a.data}: cannot read it: {engine.short_error(e)}") from e
     members, aliases = metrics.membership(net, cs)
-    return con, ds, net, cs, members, aliases
+    return con, ds, src, net, cs, members, aliases
 
 
 def _clusters_frame(cs: Sequence[clus.Cluster]) -> pd.DataFrame:
@@ -226,23 +431,59 @@ def _clusters_frame(cs: Sequence[clus.Cluster]) -> pd.DataFrame:
     )
 
 
-def run(argv: Sequence[str]) -> int:
+def _sources(a: argparse.Namespace) -> list[coll.Source]:
+    try:
+        tok = coll.default_token(a.token_file)
+    except OSError as e:
+        raise UsageError(f"--token-file {a.token_file}: {e.strerror or e}") from e
+    srcs = []
+    for spec in a.probe:
+        try:
+            src = coll.parse_source(spec, tok)
+        except OSError as e:
+            raise UsageError(f"--probe {spec!r}: token file {e.filename}: {e.strerror}") from e
+        except ValueError as e:
+            raise UsageError(str(e)) from e
+        try:
+            u = urllib.parse.urlsplit(src.url)
+            u.port  # noqa: B018 (raises ValueError for a port that is not a number)
+        except ValueError as e:
+            raise UsageError(f"--probe {spec!r}: not a URL ({e})") from e
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise UsageError(f"--probe {spec!r}: want http://HOST:PORT (or https://)")
+        srcs.append(src)
+    return srcs
+
+
+def _data_dir(path: str) -> None:
+    """A dataset directory to write: it may not exist yet, but must not be a file."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"--data {path}: not a directory")
+
+
+def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int:
+    """The command; known_bad: files an earlier run found bad only by reading them through."""
     a = parser().parse_args(argv)
+    a.known_bad = list(known_bad)
+    if not hasattr(a, "skip_bad_files"):
+        a.skip_bad_files = False
+    _check_out_args(a)
     err = sys.stderr
     if a.cmd == "collect":
+        srcs = _sources(a)
+        _data_dir(a.data)
         try:
-            tok = coll.default_token(a.token_file)
-            srcs = [coll.parse_source(s, tok) for s in a.probe]
-        except (OSError, ValueError) as e:
-            raise UsageError(str(e)) from e
-        res = coll.collect(
-            srcs,
-            a.data,
-            retries=a.retries,
-            backoff=a.retry_wait,
-            timeout=a.timeout,
-            keep_json=not a.no_jsonl,
-        )
+            res = coll.collect(
+                srcs,
+                a.data,
+                retries=a.retries,
+                backoff=a.retry_wait,
+                timeout=a.timeout,
+                keep_json=not a.no_jsonl,
+            )
+        except OSError as e:
+            raise UsageError(f"--data {a.data}: {e.filename or ''}: {e.strerror or e}") from e
         df = pd.DataFrame(
             [
                 {
@@ -258,17 +499,19 @@ def run(argv: Sequence[str]) -> int:
                 for r in res
             ]
         )
-        output.emit(df, a.format, a.output)
+        _emit(df, a)
         bad = [r for r in res if not r.ok]
         for r in bad:
             print(f"flowplane-analytics: collect: probe {r.url} failed: {r.error}", file=err)
         return 1 if bad else 0
     if a.cmd == "compact":
         t = time.monotonic()
-        try:
-            meta = engine.compact(engine.connect(_opts(a)), a.data)
-        except (FileNotFoundError, ValueError) as e:
-            raise UsageError(str(e)) from e
+        if "://" in a.data and not a.data.startswith("file://"):
+            raise UsageError(f"--data {a.data}: compact writes local datasets only")
+        src = _locate(a, "raw")
+        con = _connect(a)
+        with _reading(a, src):
+            meta = engine.compact(con, src)
         print(
             f"compact: {a.data}/{engine.COMPACT}: {meta['counter_files']} probe periods "
             f"in {time.monotonic() - t:.1f} s",
@@ -281,7 +524,7 @@ def run(argv: Sequence[str]) -> int:
             print(topology.to_json(net))
             return 0
         cs = _resolve(net, a.super)
-        output.emit(_clusters_frame(cs), a.format, a.output)
+        _emit(_clusters_frame(cs), a)
         if a.png:
             from . import draw
 
@@ -289,7 +532,8 @@ def run(argv: Sequence[str]) -> int:
             print(f"graph: {a.png}", file=err)
         return 0
     if a.cmd == "synth":
-        net = _network(a.topology, a.probe_hosts)
+        net = _network(a.topology, a.probe_hosts, lab=True)
+        _data_dir(a.data)
         spec = synth.Spec(
             periods=a.periods,
             packets=a.packets,
@@ -300,7 +544,10 @@ def run(argv: Sequence[str]) -> int:
             ifname_style="lab" if a.lab_ifnames else "plain",
             grow_prob=0.2,
         )
-        truth = synth.generate(net, spec, a.data)
+        try:
+            truth = synth.generate(net, spec, a.data)
+        except OSError as e:
+            raise UsageError(f"--data {a.data}: {e.filename or ''}: {e.strerror or e}") from e
         print(
             f"{len(truth.periods)} periods, {len(records.probes(Path(a.data)))} probes, "
             f"{truth.samples} samples, {sum(truth.drops.values())} packets dropped "
@@ -308,21 +555,31 @@ def run(argv: Sequence[str]) -> int:
             file=err,
         )
         return 0
-    con, ds, net, cs, members, aliases = _setup(a)
+    con, ds, src, net, cs, members, aliases = _setup(a)
     if a.cmd == "loss":
-        df = engine.execute_by_periods(
-            con, ds, lambda d: metrics.loss(d, members, aliases), a.batch_periods
-        )
-        output.emit(df, a.format, a.output)
-        alarms = df[df["alarm"] != ""]
-        if len(alarms):
-            miss = con.execute(metrics.missing_points(ds, members, aliases))
+        with _reading(a, src):
+            df = engine.execute_by_periods(
+                con, ds, lambda d: metrics.loss(d, members, aliases), a.batch_periods
+            )
+            alarms = df[df["alarm"] != ""]
+            miss = (
+                con.execute(metrics.missing_points(ds, members, aliases)) if len(alarms) else None
+            )
+        _emit(df, a)
+        if miss is not None:
             print(
                 f"ALARM: {len(alarms)} (period, cluster) rows: "
+                f"{(alarms['alarm'] == 'outage').sum()} outages (every packet lost), "
                 f"{(alarms['alarm'] == 'negative_loss').sum()} negative loss, "
                 f"{(alarms['alarm'] == 'missing_points').sum()} with missing points",
                 file=err,
             )
+            for _, r in alarms[alarms["alarm"] == "outage"].head(20).iterrows():
+                print(
+                    f"ALARM: period {r['period']} cluster {r['cluster']}: outage, all "
+                    f"{r['in_packets']} packets in were lost",
+                    file=err,
+                )
             for _, r in miss.head(20).iterrows():
                 print(
                     f"ALARM: period {r['period']} cluster {r['cluster']}: no counters for "
@@ -333,14 +590,15 @@ def run(argv: Sequence[str]) -> int:
                 return EXIT_ALARM
         return 0
     if a.cmd == "delay":
-        df = engine.execute_by_periods(
-            con, ds, lambda d: metrics.delay(d, members, aliases), a.batch_periods
-        )
-        output.emit(df, a.format, a.output)
+        with _reading(a, src):
+            df = engine.execute_by_periods(
+                con, ds, lambda d: metrics.delay(d, members, aliases), a.batch_periods
+            )
+        _emit(df, a)
         return 0
     if a.cmd == "paths":
-        expr = metrics.paths(ds, aliases)
-        df = con.execute(expr)
+        with _reading(a, src):
+            df = con.execute(metrics.paths(ds, aliases))
         key = ["period", "hash", *metrics.TUPLE]
         if a.limit:
             keep = df[key].drop_duplicates().head(a.limit)
@@ -355,36 +613,65 @@ def run(argv: Sequence[str]) -> int:
                     total_ns=("since_first_ns", "max"),
                 )
             )
-        output.emit(df, a.format, a.output)
+        _emit(df, a)
         return 0
     if a.cmd == "report":
         from . import report
 
-        loss = con.execute(metrics.loss(ds, members, aliases))
-        miss = con.execute(metrics.missing_points(ds, members, aliases))
-        dl = con.execute(metrics.delay(ds, members, aliases))
-        delays = con.execute(metrics.matched_delays(ds, members, aliases).limit(200_000))
-        report.write(
-            a.html,
-            net,
-            cs,
-            loss,
-            miss,
-            dl,
-            delays,
-            title=f"altmark report: {net.name or a.topology}",
-        )
+        with _reading(a, src):
+            loss = con.execute(metrics.loss(ds, members, aliases))
+            miss = con.execute(metrics.missing_points(ds, members, aliases))
+            dl = con.execute(metrics.delay(ds, members, aliases))
+            delays = con.execute(metrics.matched_delays(ds, members, aliases).limit(200_000))
+        try:
+            report.write(
+                a.html,
+                net,
+                cs,
+                loss,
+                miss,
+                dl,
+                delays,
+                title=f"altmark report: {net.name or a.topology}",
+            )
+        except OSError as e:
+            raise UsageError(f"--html {a.html}: cannot write: {e.strerror or e}") from e
         print(f"report: {a.html}", file=err)
         return 0
     raise UsageError(f"unknown command {a.cmd}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command line: exit 0, 1 (a probe failed; an internal error), 2 (bad input: one
+    message naming the file or flag, no traceback) or 3 (--fail-on-alarm). An unexpected
+    exception is one line too, the traceback only with FLOWPLANE_ANALYTICS_DEBUG=1."""
+    args = sys.argv[1:] if argv is None else argv
     try:
-        return run(sys.argv[1:] if argv is None else argv)
+        try:
+            return run(args)
+        except _SkipAndRetry as r:  # --skip-bad-files, and a file failed only when read through
+            return run(args, known_bad=r.bad)
     except UsageError as e:
         print(f"flowplane-analytics: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("flowplane-analytics: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # stdout closed early (`| head`): stop quietly, and keep Python from complaining at exit
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_INTERNAL
+    except Exception as e:
+        if engine.debug():
+            traceback.print_exc()
+        else:
+            print(
+                f"flowplane-analytics: internal error: {type(e).__name__}: "
+                f"{engine.short_error(e)} (rerun with {engine.DEBUG_ENV}=1 for the traceback)",
+                file=sys.stderr,
+            )
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,9 @@ import ibis.expr.datatypes as dt
 import ibis.expr.operations as ops
 import ibis.expr.types as ir
 import pandas as pd
+
+from . import filecheck
+from .filecheck import BadFile, BadFilesError
 
 ENGINES = ("duckdb", "spark")
 
@@ -34,19 +39,96 @@ class Options:
     spark_conf: dict[str, str] | None = None  # more Spark settings
 
 
+DEBUG_ENV = "FLOWPLANE_ANALYTICS_DEBUG"  # set: Python tracebacks and Spark's own logs
+
+
+class EngineError(Exception):
+    """The engine cannot run with these settings (no Java, a bad master URL or DuckDB setting):
+    bad input, said in one line."""
+
+
+def debug() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+_MASTER_RE = re.compile(
+    r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[[1-9]\d*,[1-9]\d*,[1-9]\d*\]"
+    r"|spark://[^/\s,:]+:\d+(,[^/\s,:]+:\d+)*|yarn|k8s://\S+"
+)
+
+
+def check_master(master: str) -> None:
+    """ValueError unless master is a Spark master URL."""
+    if not _MASTER_RE.fullmatch(master):
+        raise ValueError(
+            f"--master {master!r}: not a Spark master URL; want local[*], local[N], "
+            "spark://HOST:PORT, yarn or k8s://https://HOST:PORT"
+        )
+
+
+_JAVA_HINT = (
+    "pyspark 4 needs Java 17 or newer: install it (Debian/Ubuntu: apt-get install "
+    "openjdk-17-jre-headless, which `make setup` does) and set JAVA_HOME or put java on PATH, "
+    "or use --engine duckdb"
+)
+
+
+def check_java() -> str:
+    """The java the Spark launcher will start (JAVA_HOME's, else PATH's), checked to be there
+    and at least Java 17; EngineError if not."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={home} has no bin/java" if home else "no java on PATH (JAVA_HOME unset)"
+        raise EngineError(f"--engine spark: {where}; {_JAVA_HINT}")
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise EngineError(f"--engine spark: {java} -version failed ({e}); {_JAVA_HINT}") from e
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
+    if m:
+        major = int(m[1]) if m[1] != "1" else int(m[2] or 0)  # "1.8.0" is Java 8
+        if major < 17:
+            raise EngineError(f"--engine spark: {java} is Java {major}; {_JAVA_HINT}")
+    return java
+
+
+def short_error(e: BaseException) -> str:
+    """One line of an exception: a JVM exception's own message rather than py4j's wrapper and
+    the Java stack."""
+    java = getattr(e, "java_exception", None)
+    text = str(java) if java is not None else str(e)
+    lines = [x.strip() for x in text.strip().splitlines() if x.strip()]
+    line = lines[0] if lines else type(e).__name__
+    return line if len(line) <= 300 else line[:297] + "…"
+
+
+_LOG4J = Path(__file__).with_name("spark-log4j2.properties")
+
+
 def spark_session(
     master: str | None = None,
     shuffle_partitions: int | None = None,
     extra: dict[str, str] | None = None,
 ) -> Any:
-    """One SparkSession per process (Spark's startup takes seconds)."""
+    """One SparkSession per process (Spark's startup takes seconds). Spark's own logging is
+    off (its errors reach the caller as exceptions, said in one line) unless
+    FLOWPLANE_ANALYTICS_DEBUG is set."""
     global _spark_session
     if _spark_session is not None:
         return _spark_session
+    submitted = master is None and bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+    if not submitted:
+        if master is None and os.environ.get("SPARK_MASTER"):
+            try:
+                check_master(os.environ["SPARK_MASTER"])
+            except ValueError as e:
+                raise EngineError(f"$SPARK_MASTER: {e}") from e
+        check_java()
     from pyspark.sql import SparkSession
 
     b = SparkSession.builder.appName("flowplane-analytics")
-    if master is None and os.environ.get("PYSPARK_GATEWAY_PORT"):
+    if submitted:
         # Started by spark-submit: its --master and --conf hold; set nothing over them.
         local = False
     else:
@@ -61,6 +143,9 @@ def spark_session(
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
         "spark.sql.ansi.enabled": "false",
     }
+    if not submitted and not debug():
+        # The driver JVM starts with logging off: no WARN lines, no Java stack traces.
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
     if local:
         conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions or 8)
         conf["spark.driver.memory"] = os.environ.get("FLOWPLANE_SPARK_DRIVER_MEMORY", "2g")
@@ -69,21 +154,44 @@ def spark_session(
     conf.update(extra or {})
     for k, v in conf.items():
         b = b.config(k, v)
-    s = b.getOrCreate()
-    s.sparkContext.setLogLevel("ERROR")
+    try:
+        s = b.getOrCreate()
+    except Exception as e:
+        where = master or "from spark-submit"
+        raise EngineError(
+            f"--engine spark: could not start a Spark session (master {where}): "
+            f"{short_error(e)}; check --master, and that Java 17+ runs (JAVA_HOME)"
+        ) from e
+    s.sparkContext.setLogLevel("ERROR" if debug() else "OFF")
     _spark_session = s
     return s
 
 
 def connect(opts: Options) -> Any:
+    """A connection to the engine; EngineError for settings it refuses."""
     if opts.engine == "duckdb":
+        import duckdb
+
         con = ibis.duckdb.connect()
         raw = con.con
         if opts.memory_limit:
-            raw.execute(f"SET memory_limit = '{opts.memory_limit}'")
+            try:
+                if "'" in opts.memory_limit:
+                    raise duckdb.InvalidInputException(opts.memory_limit)
+                raw.execute(f"SET memory_limit = '{opts.memory_limit}'")
+            except duckdb.Error as e:
+                raise EngineError(
+                    f"--memory-limit {opts.memory_limit!r}: not a memory size; write e.g. 2GB, "
+                    "512MB or 50%"
+                ) from e
         if opts.temp_dir:
-            Path(opts.temp_dir).mkdir(parents=True, exist_ok=True)
-            raw.execute(f"SET temp_directory = '{opts.temp_dir}'")
+            try:
+                Path(opts.temp_dir).mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise EngineError(
+                    f"--temp-dir {opts.temp_dir}: cannot create it: {e.strerror or e}"
+                ) from e
+            raw.execute("SET temp_directory = ?", [opts.temp_dir])
         if opts.threads:
             raw.execute(f"SET threads = {int(opts.threads)}")
         raw.execute("SET preserve_insertion_order = false")
@@ -135,13 +243,25 @@ def _local(path: str) -> Path:
     return Path(path.removeprefix("file://"))
 
 
-def _read(con: Any, root: str, table: str) -> ir.Table | None:
+def _read(con: Any, root: str, table: str, files: list[str] | None = None) -> ir.Table | None:
+    """The table's Hive-partitioned files: all of them, or only `files` (some were skipped)."""
     base = root.rstrip("/") + "/" + table
-    if _is_local(root) and not any(_local(base).glob("probe=*/period=*/part-0.parquet")):
+    if files is not None:
+        if not files:
+            return None
+        if con.name == "duckdb":
+            return con.read_parquet(files, hive_partitioning=True, union_by_name=True)
+        df = (
+            con._session.read.option("basePath", base).option("mergeSchema", "true").parquet(*files)
+        )
+        name = ibis.util.gen_name("read_parquet")
+        df.createOrReplaceTempView(name)
+        return con.table(name)
+    if _is_local(root) and not any(_local(base).glob(filecheck.RAW_GLOB)):
         return None
     if con.name == "duckdb":
         return con.read_parquet(
-            f"{base}/probe=*/period=*/part-0.parquet", hive_partitioning=True, union_by_name=True
+            f"{base}/{filecheck.RAW_GLOB}", hive_partitioning=True, union_by_name=True
         )
     return con.read_parquet(base, mergeSchema="true")
 
@@ -156,9 +276,10 @@ def _numbered(t: ir.Table, name: str, keys: list[str]) -> ir.Table:
     return d.mutate(**{name: ibis.row_number().over(order_by=keys).cast("int32")})
 
 
-def _raw_tables(con: Any, root: str) -> tuple[ir.Table, ir.Table]:
+def _raw_tables(con: Any, src: Source) -> tuple[ir.Table, ir.Table]:
     """(counters summed per interface, samples) as the records hold them."""
-    c = _read(con, root, "counters")
+    root = src.root
+    c = _read(con, root, "counters", src.counters)
     if c is None:
         raise FileNotFoundError(f"{root}: no counters/probe=*/period=*/part-0.parquet")
     c = c.mutate(probe=c.probe.cast("string"), period=c.period.cast("int64"))
@@ -170,7 +291,7 @@ def _raw_tables(con: Any, root: str) -> tuple[ir.Table, ir.Table]:
         hash_ref_max=c.hash_ref.max(),
         malformed=c.malformed.sum(),
     )
-    s = _read(con, root, "samples")
+    s = _read(con, root, "samples", src.samples)
     if s is None:
         s = ibis.memtable({k: [] for k in _EMPTY_SAMPLES}, schema=_EMPTY_SAMPLES)
     else:
@@ -194,9 +315,10 @@ def _normalised(s: ir.Table, mps: ir.Table, flows: ir.Table) -> ir.Table:
     return sj.select(sj.period, sj.mp, sj.hash.cast("int64"), sj.tai_ns.cast("int64"), sj.flow)
 
 
-def load_raw(con: Any, root: str | Path) -> Dataset:
+def load_raw(con: Any, root: str | Path | Source) -> Dataset:
     """The Hive-partitioned records under root, normalised (lazily: nothing runs yet)."""
-    agg, s = _raw_tables(con, str(root))
+    src = root if isinstance(root, Source) else Source(str(root), "raw")
+    agg, s = _raw_tables(con, src)
     s = _complete(agg, s)
     mps = _numbered(agg.select(*_KEY).union(s.select(*_KEY)), "mp", _KEY)
     flows = _numbered(s, "flow", list(TUPLE))
@@ -232,26 +354,151 @@ def load_compact(con: Any, root: str | Path) -> Dataset:
     )
 
 
-def load(con: Any, root: str | Path, cache: bool = True, layout: str = "auto") -> Dataset:
-    """The dataset under root (a local directory, or hdfs:// / s3a:// with Spark).
+SKIP_HINT = "remove it or pass --skip-bad-files"
+SKIP_HINT_MANY = "remove them or pass --skip-bad-files"
+
+
+@dataclass
+class Source:
+    """Where a dataset is read from: decided, and its local files checked, before an engine
+    starts (`locate`)."""
+
+    root: str
+    layout: str  # "raw" or "compact"
+    # raw layout with files skipped: the files to read (None: every file, by their pattern)
+    counters: list[str] | None = None
+    samples: list[str] | None = None
+    skipped: list[BadFile] = field(default_factory=list)
+
+    @property
+    def local(self) -> bool:
+        return _is_local(self.root)
+
+    def files(self) -> list[Path]:
+        """The local Parquet files this source reads."""
+        if not self.local:
+            return []
+        root = _local(self.root)
+        if self.layout == "compact":
+            return [p for ps in filecheck.compact_files(root / COMPACT).values() for p in ps]
+        if self.counters is not None:
+            return [Path(p) for p in [*self.counters, *(self.samples or [])]]
+        rf = filecheck.raw_files(root)
+        return [*rf.paths("counters"), *rf.paths("samples")]
+
+    def hint(self) -> str:
+        if self.layout == "compact":
+            return f"rerun `flowplane-analytics compact --data {self.root}`, or pass --layout raw"
+        return SKIP_HINT
+
+
+def _note(msg: str) -> None:
+    print(f"flowplane-analytics: {msg}", file=sys.stderr)
+
+
+def locate(
+    root: str | Path,
+    layout: str = "auto",
+    skip_bad: bool = False,
+    known_bad: Sequence[BadFile] = (),
+) -> Source:
+    """The dataset under root, checked: FileNotFoundError when there is none, BadFilesError
+    naming the files an engine could not read. skip_bad: leave those out instead, each
+    probe's period with a bad counters or samples file as if it had not been recorded (so the
+    metrics flag its points as missing), and say so on stderr.
 
     layout "auto" reads root/compact/ when `compact` wrote it and no period was added since
-    (the number of counters files is unchanged), else the Hive-partitioned records."""
+    (the number of counters files is unchanged), else the Hive-partitioned records.
+    known_bad: files found bad otherwise (filecheck.deep_check), treated as those found here."""
     root = str(root)
+    known = {b.path: b.problem for b in known_bad}
+    if not _is_local(root):
+        return Source(root, "compact" if layout == "compact" else "raw")
+    d = _local(root)
+    if not d.exists():
+        raise FileNotFoundError(f"{root}: no such directory")
+    if not d.is_dir():
+        raise NotADirectoryError(f"{root}: not a directory (want a dataset: counters/, samples/)")
+    chosen = layout
     if layout == "auto":
-        layout = "raw"
-        if _is_local(root):
-            meta = _compact_meta(root)
-            if meta is not None:
-                if meta.get("counter_files") == _counter_files(root):
-                    layout = "compact"
-                else:
-                    print(
-                        f"flowplane-analytics: {root}/{COMPACT} is stale (periods were added "
-                        "since `compact`): reading the partitioned records",
-                        file=sys.stderr,
-                    )
-    ds = load_compact(con, root) if layout == "compact" else load_raw(con, root)
+        chosen = "raw"
+        meta = _compact_meta(root)
+        if meta is not None:
+            if meta.get("counter_files") == _counter_files(root):
+                chosen = "compact"
+            else:
+                _note(
+                    f"{root}/{COMPACT} is stale (periods were added since `compact`): "
+                    "reading the partitioned records"
+                )
+    if chosen == "compact":
+        src = Source(root, "compact")
+        if not (d / COMPACT).is_dir():
+            raise FileNotFoundError(
+                f"{root}/{COMPACT}: no compacted copy; run `flowplane-analytics compact "
+                f"--data {root}` first, or pass --layout raw"
+            )
+        bad = filecheck.check_compact(d / COMPACT)
+        bad += [
+            BadFile(p, problem) for p, problem in known.items() if p.startswith(f"{d / COMPACT}/")
+        ]
+        if bad and not (skip_bad and layout == "auto"):
+            raise BadFilesError(bad, src.hint())
+        if not bad:
+            skipped = (_compact_meta(root) or {}).get("skipped") or []
+            if skipped and not skip_bad:
+                n = len(skipped)
+                what = f"{n} bad record file" + ("s" if n > 1 else "")
+                listed = skipped[0] + (", …" if n > 1 else "")
+                raise BadFilesError(
+                    [BadFile(f"{root}/{COMPACT}", f"built leaving out {what} ({listed})")],
+                    "pass --skip-bad-files to read it so, or fix them and rerun `compact`",
+                )
+            for f in skipped:
+                _note(f"skipped {root}/{f} (left out when `compact` ran)")
+            return src
+        for b in bad:
+            _note(f"not using the compacted copy ({b}): reading the partitioned records")
+    rf = filecheck.raw_files(d)
+    if not rf.files["counters"]:
+        raise FileNotFoundError(f"{root}: no counters/{filecheck.RAW_GLOB}")
+    bad = filecheck.check_raw(rf)
+    seen = {b.path for b in bad}
+    bad += [
+        BadFile(str(p), known[str(p)], probe, period)
+        for t in filecheck.RAW_TABLES
+        for p, probe, period in rf.files[t]
+        if str(p) in known and str(p) not in seen
+    ]
+    if not bad:
+        return Source(root, "raw")
+    if not skip_bad:
+        raise BadFilesError(bad, SKIP_HINT if len(bad) == 1 else SKIP_HINT_MANY)
+    gone = {(b.probe, b.period) for b in bad}
+    keep = {
+        t: [str(p) for p, probe, period in rf.files[t] if (probe, period) not in gone]
+        for t in filecheck.RAW_TABLES
+    }
+    for b in bad:
+        _note(f"skipped {b}; probe {b.probe}'s period {b.period} is read as not recorded")
+    if not keep["counters"]:
+        raise FileNotFoundError(
+            f"{root}: no readable counters file (all {len(rf.files['counters'])} skipped)"
+        )
+    return Source(root, "raw", keep["counters"], keep["samples"], bad)
+
+
+def load(
+    con: Any,
+    root: str | Path | Source,
+    cache: bool = True,
+    layout: str = "auto",
+    skip_bad: bool = False,
+) -> Dataset:
+    """The dataset under root (a local directory, or hdfs:// / s3a:// with Spark), located and
+    checked by `locate` unless root is a Source already."""
+    src = root if isinstance(root, Source) else locate(root, layout, skip_bad)
+    ds = load_compact(con, src.root) if src.layout == "compact" else load_raw(con, src)
     if con.name == "pyspark" and cache:
         # Each metric reads the counters and samples several times (both sides of the
         # matching, the hash lengths): Spark would rescan the Parquet files for each.
@@ -260,19 +507,28 @@ def load(con: Any, root: str | Path, cache: bool = True, layout: str = "auto") -
 
 
 def compact(
-    con: Any, root: str | Path, periods_per_part: int = 100, row_group_size: int = 1 << 20
+    con: Any,
+    root: str | Path | Source,
+    periods_per_part: int = 100,
+    row_group_size: int = 1 << 20,
+    skip_bad: bool = False,
 ) -> dict[str, Any]:
     """Writes root/compact/: the normalised tables of the partitioned records, in a few large
     files: counters summed per interface, the dictionaries of points (``mps``) and 5-tuples
     (``flows``), and the samples as integer columns, one part per `periods_per_part`
     consecutive periods (``samples/chunk=N/``), ordered by period. Part by part, so memory
     stays bounded whatever the size. Rebuilt from scratch each time; until it is re-run after
-    new periods arrive, `load` ignores it."""
-    root = str(root)
-    if not _is_local(root):
-        raise ValueError(f"{root}: compact writes local datasets only")
+    new periods arrive, `load` ignores it. Bad record files: as `locate` (skip_bad: left out,
+    and listed in meta.json's "skipped", so that reading the copy says so)."""
+    if isinstance(root, Source):
+        src = root
+    else:
+        if not _is_local(str(root)):
+            raise ValueError(f"{root}: compact writes local datasets only")
+        src = locate(root, "raw", skip_bad)
+    root = src.root
     n_files = _counter_files(root)
-    agg, s_all = _raw_tables(con, root)
+    agg, s_all = _raw_tables(con, src)
     # The complete (probe, period)s, once: each part then reads only its own files.
     done = ibis.memtable(
         con.execute(agg.select("probe", "period").distinct()),
@@ -283,6 +539,31 @@ def compact(
     tmp = _local(root) / f".{COMPACT}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    try:
+        meta = _compact_into(con, agg, s_all, s, done, tmp, periods_per_part, row_group_size)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed run leaves nothing behind
+        raise
+    meta["counter_files"] = n_files
+    if src.skipped:
+        meta["skipped"] = [str(Path(b.path).relative_to(_local(root))) for b in src.skipped]
+    (tmp / "meta.json").write_text(json.dumps(meta))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return meta
+
+
+def _compact_into(
+    con: Any,
+    agg: ir.Table,
+    s_all: ir.Table,
+    s: ir.Table,
+    done: ir.Table,
+    tmp: Path,
+    periods_per_part: int,
+    row_group_size: int,
+) -> dict[str, Any]:
+    """compact's work: the tables written under tmp."""
 
     def write(t: ir.Table, rel: str) -> None:
         d = tmp / rel
@@ -320,11 +601,7 @@ def compact(
         write(_normalised(part, mps, flows).order_by(["period", "mp"]), f"samples/chunk={i:09d}")
     if not periods:
         write(_normalised(s, mps, flows), "samples/chunk=000000000")
-    meta = {"version": _COMPACT_VERSION, "counter_files": n_files}
-    (tmp / "meta.json").write_text(json.dumps(meta))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    return meta
+    return {"version": _COMPACT_VERSION}
 
 
 def _read_dir(con: Any, d: Path) -> ir.Table:

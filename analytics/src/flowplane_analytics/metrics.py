@@ -8,13 +8,17 @@ packets counted at MP m (summed over FlowMonIDs):
     loss_rate(K, n) = loss(K, n) / Σ_{m∈I(K)} P_m(n)
 
 Alarms: ``missing_points`` when a point of K has no counters row in period n (loss is then
-NULL, never computed from the points that are there), ``negative_loss`` when loss < 0.
+NULL, never computed from the points that are there: a probe that recorded nothing),
+``negative_loss`` when loss < 0, ``outage`` when packets entered K and none left it (loss rate
+1: every point there, counting zero at the outputs). The
+delay table carries the same ``missing_points`` (its delay then comes from the points there).
 
 Delay: with B(K, n) = max hash_bits over K's points in period n and mask = 2^B − 1, a sample
 is valid when hash & mask = hash_ref & mask. A valid sample at an input and one at an output
 with the same hash form a pair; the pair is a match when their 5-tuples are equal (else a
 collision, rejected and counted). Hashes seen more than once at K's inputs, or more than once
-at its outputs, in a period are ambiguous and dropped. delay = tai_out − tai_in;
+at its outputs, in a period are ambiguous and dropped; ``pairs`` counts the rest, ``matched``
+those without a collision. delay = tai_out − tai_in;
 jitter = mean |delay_i − delay_{i−1}| over the matches ordered by tai_in (RFC 3393 IPDV).
 Percentiles are nearest-rank: p_q = the smallest delay whose rank (1-based, by delay) is at
 least ⌈q·N/100⌉, an integer that both engines compute identically.
@@ -82,14 +86,20 @@ def _point_counters(ds: Dataset, aliases: ir.Table) -> ir.Table:
     )
 
 
-def loss(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
-    """Per period and cluster: in/out packets, loss, loss rate, points, missing, alarm."""
+def _expected(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
+    """Every point of every cluster in every period any probe recorded, with its packets: NULL
+    when the point has no counters row in that period (a missing point)."""
     pc = _point_counters(ds, aliases)
     periods = ds.counters.select("period").distinct()
     expected = members.cross_join(periods)
-    j = expected.left_join(pc, ["period", "point"]).select(
-        "cluster", "role", "point", "period", "packets"
+    return expected.left_join(pc, ["period", "point"]).select(
+        "ci", "cluster", "role", "point", "period", "packets"
     )
+
+
+def loss(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
+    """Per period and cluster: in/out packets, loss, loss rate, points, missing, alarm."""
+    j = _expected(ds, members, aliases)
     is_in = j.role == "in"
     missing = j.packets.isnull()
     per = j.group_by(["period", "cluster"]).agg(
@@ -115,6 +125,7 @@ def loss(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
         alarm=ibis.cases(
             (per.missing > 0, "missing_points"),
             (per.loss < 0, "negative_loss"),
+            ((per.in_packets > 0) & (per.out_packets == 0), "outage"),
             else_="",
         ),
     )
@@ -219,7 +230,9 @@ def pairs(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
 
 def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     """Per period and cluster: matched samples, collisions rejected, delay mean/min/max/p50/p99
-    and jitter, in nanoseconds."""
+    and jitter, in nanoseconds; alarm ``missing_points`` when a point of the cluster has no
+    counters row in the period (as loss's: the delay then comes from the points that are
+    there), else "". A row per (period, cluster) with at least one pair."""
     p = _pairs(ds, members, aliases, points=False)
     coll = p.group_by(["ci", "period"]).agg(
         pairs=p.count(), collisions=p.collision.cast("int64").sum()
@@ -248,22 +261,26 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
         p99_ns=nearest_rank(99),
         jitter_ns=m.ipdv.mean(),
     )
+    e = _expected(ds, members, aliases)
+    miss = e.group_by(["ci", "period"]).agg(missing=e.packets.isnull().cast("int64").sum())
     out = (
         coll.left_join(st, ["ci", "period"])
+        .left_join(miss, ["ci", "period"])
         .join(_names(members), "ci")
-        .select(
-            "period",
-            "cluster",
-            "pairs",
-            "collisions",
-            "matched",
-            "mean_ns",
-            "min_ns",
-            "max_ns",
-            "p50_ns",
-            "p99_ns",
-            "jitter_ns",
-        )
+    )
+    out = out.select(
+        "period",
+        "cluster",
+        "pairs",
+        "collisions",
+        "matched",
+        "mean_ns",
+        "min_ns",
+        "max_ns",
+        "p50_ns",
+        "p99_ns",
+        "jitter_ns",
+        alarm=ibis.cases((out.missing.fill_null(0) > 0, "missing_points"), else_=""),
     )
     return out.mutate(matched=out.matched.fill_null(0)).order_by(["period", "cluster"])
 

@@ -14,13 +14,22 @@ import pandas as pd
 FORMATS = ("table", "csv", "json", "parquet")
 
 
+def check(fmt: str, output: str | None = None) -> None:
+    """ValueError for a format and output that cannot go together: the command line checks
+    this before doing any work."""
+    if fmt not in FORMATS:
+        raise ValueError(f"--format {fmt!r}: want one of {', '.join(FORMATS)}")
+    if fmt == "parquet" and not output:
+        raise ValueError("--format parquet writes a file: add --output FILE (-o FILE)")
+
+
 def emit(
     df: pd.DataFrame, fmt: str, output: str | None = None, stream: TextIO | None = None
 ) -> None:
     stream = stream or sys.stdout
+    check(fmt, output)
     if fmt == "parquet":
-        if not output:
-            raise ValueError("--format parquet needs --output FILE")
+        assert output
         df.to_parquet(output, index=False)
         return
     if fmt == "table":
@@ -28,11 +37,9 @@ def emit(
         text += "\n"
     elif fmt == "csv":
         text = df.to_csv(index=False)
-    elif fmt == "json":
+    else:  # json
         rows = df.astype(object).where(df.notna(), None).to_dict("records")
         text = "".join(json.dumps(r, default=_scalar) + "\n" for r in rows)
-    else:
-        raise ValueError(f"--format {fmt!r}: want one of {', '.join(FORMATS)}")
     if output:
         Path(output).write_text(text)
     else:

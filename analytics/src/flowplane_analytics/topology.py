@@ -19,6 +19,8 @@ from typing import Any
 import networkx as nx
 import yaml
 
+from . import topocheck
+
 
 @dataclass(frozen=True, order=True)
 class Point:
@@ -61,7 +63,12 @@ class Network:
 
 
 class TopologyError(ValueError):
-    """A topology or graph file that cannot be used."""
+    """A topology or graph file that cannot be used: every problem found, one per line
+    (``FILE:LINE: FIELD: message``)."""
+
+    def __init__(self, problems: str | list[str]) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
 
 
 def _fnv32a(data: bytes) -> int:
@@ -84,32 +91,76 @@ def lab_ifname(lab: str, iface: str) -> str:
     return f"fp{lab_tag(lab)}-{iface}"
 
 
+WANT = "want a lab topology (nodes:, links:; docs/lab.md) or a graph file (links: of points)"
+
+
+def _is_lab(root: Any) -> bool:
+    """A lab topology has nodes:, or links whose elements have endpoints: (a graph file's are
+    pairs of points)."""
+    if topocheck.has_key(root, "nodes"):
+        return True
+    for k, v in root.value:
+        if topocheck.key_name(k) == "links" and isinstance(v, yaml.SequenceNode):
+            return any(topocheck.has_key(item, "endpoints") for item in v.value)
+    return False
+
+
 def load(path: str | Path, probe_hosts: bool = False) -> Network:
     """A lab topology (has ``nodes``) or an explicit graph file (has ``links`` of MP ids, YAML or
     JSON; or GraphML). probe_hosts: a lab's hosts are probed too (their links become
-    clusters)."""
+    clusters). TopologyError naming the file (and line) of every problem: a lab topology is
+    checked by the rules of `flowplane lab up` (topocheck)."""
+    file = str(path)
     path = Path(path)
     if path.suffix.lower() == ".graphml":
-        g = nx.read_graphml(path)
-        return graph_network([(str(a), str(b)) for a, b in g.edges()], name=path.stem)
+        return _load_graphml(file, path)
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise TopologyError(f"{path}: {e}") from e
-    if not isinstance(doc, dict):
-        raise TopologyError(f"{path}: want a mapping with nodes/links (lab) or links (graph)")
-    if "nodes" in doc:
-        return lab_network(doc, default_name=path.stem, probe_hosts=probe_hosts)
-    if "links" in doc:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise TopologyError(f"{file}: not a text file ({e.reason} at byte {e.start})") from e
+    except OSError as e:
+        raise TopologyError(f"{file}: cannot read the topology: {e.strerror or e}") from e
+    try:
+        root = topocheck.compose(file, text)
+    except ValueError as e:
+        raise TopologyError(str(e)) from e
+    if root is None or topocheck.is_null(root):
+        raise TopologyError(f"{file}: the file is empty; {WANT}")
+    if not isinstance(root, yaml.MappingNode):
+        raise TopologyError(
+            f"{file}:{topocheck.line(root)}: the top level is not a mapping; {WANT}"
+        )
+    if _is_lab(root):
+        errs = topocheck.check_lab(file, root)
+        if errs:
+            raise TopologyError(errs)
+        return lab_network(topocheck.plain(root), default_name=path.stem, probe_hosts=probe_hosts)
+    if topocheck.has_key(root, "links"):
+        errs = topocheck.check_graph(file, root)
+        if errs:
+            raise TopologyError(errs)
+        doc = topocheck.plain(root)
         links = []
-        for i, link in enumerate(doc["links"]):
+        for link in doc["links"]:
             if isinstance(link, dict):
                 link = [link.get("from"), link.get("to")]
-            if not isinstance(link, list | tuple) or len(link) != 2 or None in link:
-                raise TopologyError(f"{path}: links[{i}]: want [FROM, TO] or {{from, to}}")
             links.append((str(link[0]), str(link[1])))
-        return graph_network(links, points=doc.get("points"), name=doc.get("name", path.stem))
-    raise TopologyError(f"{path}: neither a lab topology (nodes:) nor a graph file (links:)")
+        return graph_network(links, points=doc.get("points"), name=doc.get("name") or path.stem)
+    keys = ", ".join(sorted(topocheck.key_name(k) for k, _ in root.value)) or "none"
+    raise TopologyError(
+        f"{file}:{topocheck.line(root)}: neither nodes: nor links: (keys here: {keys}); {WANT}"
+    )
+
+
+def _load_graphml(file: str, path: Path) -> Network:
+    try:
+        g = nx.read_graphml(path)
+    except OSError as e:
+        raise TopologyError(f"{file}: cannot read the topology: {e.strerror or e}") from e
+    except Exception as e:  # ElementTree's ParseError, NetworkXError, a bad attribute type
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise TopologyError(f"{file}: not a GraphML file ({first})") from e
+    return graph_network([(str(a), str(b)) for a, b in g.edges()], name=path.stem)
 
 
 def graph_network(
@@ -144,7 +195,9 @@ def lab_network(
     ifaces: dict[str, list[str]] = {n: [] for n in kinds}
     lab_links: list[tuple[str, str, str, str]] = []
     for i, link in enumerate(doc.get("links") or []):
-        ends = [_endpoint(e) for e in (link or {}).get("endpoints", [])]
+        if link is None:
+            continue  # `- ` with nothing: `flowplane lab up` ignores it too
+        ends = [_endpoint(e) for e in link.get("endpoints", [])]
         if len(ends) != 2 or any(e not in kinds for e in ends):
             raise TopologyError(f"links[{i}].endpoints: want two known nodes, got {ends}")
         a, b = ends
