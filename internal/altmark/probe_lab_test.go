@@ -629,3 +629,39 @@ func TestLabIperfBothCPUs(t *testing.T) {
 		t.Errorf("only %d packets", out)
 	}
 }
+
+// TestLabSlowDiskDelaysFilesNotReads: the kernel probe on the TAI clock with a disk that takes
+// 1.5 periods per record. The writer falls behind; every period is still read on time (none
+// skipped as late), and all are written, in order, before the probe ends.
+func TestLabSlowDiskDelaysFilesNotReads(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	pl := upPathLab(t)
+	const periods = 8
+	cfg, err := ParseConfig("lab.yaml", []byte(fmt.Sprintf("probe_id: r1\ninterfaces: [{name: %s, direction: out}]\nperiod: %s\nperiods: %d\ncarrier: dscp\ndata_dir: %s\n",
+		pl.IfName(pl.a), labPeriod, periods, t.TempDir())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRunner(cfg, OpenProbe)
+	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	waited := 0 // the most records waiting for the disk; only the writer goroutine sets it
+	r.writeHook = func(*Period) {
+		time.Sleep(labPeriod * 3 / 2)
+		waited = max(waited, r.Status().PendingWrites)
+	}
+	if err := nsrun.Do(pl.Netns("r1"), r.Start); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Stop() })
+	r.Wait()
+	st := r.Status()
+	ps, _ := r.Store().Periods()
+	if st.PeriodsSkipped != 0 || st.PeriodsWritten != periods || len(ps) != periods || st.LastError != "" {
+		t.Errorf("status %+v, periods on disk %v", st, ps)
+	}
+	if lag := testutil.ToFloat64(r.Metrics.PendingWrites); lag != 0 {
+		t.Errorf("pending writes %v after the end", lag)
+	}
+	t.Logf("%d periods read on time and written; up to %d records waited for the disk", len(ps), waited)
+}
