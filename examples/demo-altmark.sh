@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # demo-altmark.sh: the altmark step of the demo. Called by examples/demo.sh with FLOWPLANE (the
 # binary) and LAB (a running lab h1 — r1 — h2 whose r1—h2 link loses packets). Probes r1's
-# egress towards h2 and h2's ingress with `altmark probe` (1 s periods), while h1 sends UDP that
-# `altmark mark` on h1's egress colors by period (DSCP), and reads the lab's loss counter at
+# egress towards h2 and h2's ingress with `altmark probe run` (1 s periods), while h1 sends UDP that
+# `altmark mark apply` on h1's egress colors by period (DSCP), and reads the lab's loss counter at
 # every period boundary. Prints, per period, the two probes'
 # counts, the loss they give and the loss program's drops in that period. Takes about 15 s.
 set -euo pipefail
@@ -43,11 +43,11 @@ done
 mac=$(fp lab exec "$LAB" h2 -- ip -j link show "$h2in" | jq -r ".[0].address")
 fp lab exec "$LAB" r1 -- ip neigh replace "$h2" lladdr "$mac" dev "$r1out" nud permanent
 printf 'period: 1s\ncarrier: dscp\ndscp_bits: [0, 1]\n' >"$tmp/mark.yaml"
-echo "== altmark mark on h1 ($h1out out): DSCP bit 0 = the period's color"
-fp lab exec "$LAB" h1 -- "$FLOWPLANE" altmark mark --dev "$h1out" --config "$tmp/mark.yaml"
-echo "== altmark probe on every interface of h1, r1 and h2 (in and out), $periods periods of 1 s"
+echo "== altmark mark apply on h1 ($h1out out): DSCP bit 0 = the period's color"
+fp lab exec "$LAB" h1 -- "$FLOWPLANE" altmark mark apply --dev "$h1out" --config "$tmp/mark.yaml"
+echo "== altmark probe run on every interface of h1, r1 and h2 (in and out), $periods periods of 1 s"
 for node in h1 r1 h2; do
-	fp lab exec "$LAB" "$node" -- "$FLOWPLANE" altmark probe --config "$tmp/$node.yaml" 2>"$tmp/$node.log" &
+	fp lab exec "$LAB" "$node" -- "$FLOWPLANE" altmark probe run --config "$tmp/$node.yaml" 2>"$tmp/$node.log" &
 	pids+=($!)
 done
 

@@ -23,8 +23,8 @@ echo "== conntrack run on r1: inside $inside, outside $outside"
 ct=$!
 stop() { kill -TERM "$ct" 2>/dev/null && wait "$ct" 2>/dev/null || true; } # lab down removes the pinned table
 trap stop EXIT
-for _ in $(seq 150); do on r1 "$FLOWPLANE" conntrack stats 2>/dev/null | grep -q '^interface' && break; sleep 0.1; done
-on r1 "$FLOWPLANE" conntrack stats | grep '^interface'
+for _ in $(seq 150); do on r1 "$FLOWPLANE" conntrack status 2>/dev/null | grep -q '^interface' && break; sleep 0.1; done
+on r1 "$FLOWPLANE" conntrack status | grep '^interface'
 loss_of() { fp lab status "$LAB" --json | jq '[.nodes[] | select(.name == "r1") | .interfaces[] | select(.name == "eth1") | .loss.dropped, .loss.passed]'; }
 before=$(loss_of)
 
@@ -51,7 +51,7 @@ if on h2 timeout 2 bash -c "exec 3<>/dev/tcp/$h1/22" 2>/dev/null; then
 else
 	echo "   refused: the SYN was dropped on r1"
 fi
-on r1 "$FLOWPLANE" conntrack stats | grep -E 'new|established|forwarded|policy_drop|invalid_window'
+on r1 "$FLOWPLANE" conntrack status | grep -E 'new|established|forwarded|policy_drop|invalid_window'
 
 echo "== stopping conntrack"
 stop

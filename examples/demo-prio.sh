@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # demo-prio.sh: the prio step of the demo, in a lab of its own (examples/prio-demo.yaml:
 # h1 — r1 — h2; the demo lab's r1—h2 link already carries the lab's HTB). h1's connections
-# advertise their send backlog (prio host on a cgroup); r1 runs prio router at 20 Mbit/s
+# advertise their send backlog (prio host apply on a cgroup); r1 runs prio router apply at 20 Mbit/s
 # towards h2. A backlogged flow (iperf3) runs while a short one sends 100 KB, first under fifo,
 # then under backlog; `prio status` shows the classes and flows, and the short flow's
 # completion time (connect, 100 KB, a 1-byte reply) is printed for both.
@@ -18,16 +18,16 @@ in_cgroup() { bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cg" "$@"; }
 cleanup() {
 	[[ -n ${srv:-} ]] && kill "$srv" 2>/dev/null
 	pkill -f "iperf3 -s -p 5281" 2>/dev/null || true
-	"$FLOWPLANE" prio remove --host fpdemo >/dev/null 2>&1 || true
+	"$FLOWPLANE" prio host remove --name fpdemo >/dev/null 2>&1 || true
 	"$FLOWPLANE" lab down "$lab" >/dev/null 2>&1 || true
 	rmdir "$cg" 2>/dev/null || true
 }
 trap cleanup EXIT
 
-"$FLOWPLANE" lab up examples/prio-demo.yaml >/dev/null
+"$FLOWPLANE" lab up --config examples/prio-demo.yaml >/dev/null
 mkdir -p "$cg"
-echo "== prio host: h1's connections advertise their backlog (cgroup $cg)"
-"$FLOWPLANE" prio host --name fpdemo --cgroup "$cg" --policy examples/prio-host.yaml
+echo "== prio host apply: h1's connections advertise their backlog (cgroup $cg)"
+"$FLOWPLANE" prio host apply --name fpdemo --cgroup "$cg" --config examples/prio-host.yaml
 status=$("$FLOWPLANE" lab status "$lab" --json)
 h2=$(jq -r '.nodes[] | select(.name == "h2") | .interfaces[0].ipv4' <<<"$status" | cut -d/ -f1)
 dev=$(jq -r '.nodes[] | select(.name == "r1") | .interfaces[] | select(.peer == "h2:eth0") | .device' <<<"$status")
@@ -59,8 +59,8 @@ done
 for scheme in fifo backlog; do
 	printf 'scheme: %s\ntrust: [198.18.0.0/24]\nthresholds: [200KB]\nleaves: 2\nlimit: 100\n' "$scheme" >"/tmp/fpdemo-prio-$scheme.yaml"
 	echo
-	echo "== prio router --rate 20mbit, scheme $scheme"
-	r1 router --dev "$dev" --rate 20mbit --policy "/tmp/fpdemo-prio-$scheme.yaml"
+	echo "== prio router apply --rate 20mbit, scheme $scheme"
+	r1 router apply --dev "$dev" --rate 20mbit --config "/tmp/fpdemo-prio-$scheme.yaml"
 	echo "-- prio status before the flows"
 	r1 status | sed -n '1,3p'
 	# The backlogged flow: 6 s of iperf3 from h1, advertising.
@@ -72,5 +72,5 @@ for scheme in fifo backlog; do
 	wait "$bulk" || true
 	echo "-- prio status after"
 	r1 status | sed '/^host /,$d' # the router's part (the host attachment is the machine's)
-	r1 remove --dev "$dev" >/dev/null
+	r1 router remove --dev "$dev" >/dev/null
 done

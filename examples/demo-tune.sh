@@ -16,8 +16,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== tune apply examples/tune-dc.yaml (cgroup for h1's processes)"
-tune apply examples/tune-dc.yaml # warnings (fixed buffers switch off autotuning) go to stderr
+echo "== tune apply --config examples/tune-dc.yaml (cgroup for h1's processes)"
+tune apply --config examples/tune-dc.yaml # warnings (fixed buffers switch off autotuning) go to stderr
 echo
 echo "== tune explain $h2:$port (which rule, which values)"
 tune explain "$h2:$port"
@@ -29,7 +29,7 @@ for _ in $(seq 50); do
 	"$FLOWPLANE" lab exec "$LAB" h2 -- ss -Hltn "sport = :$port" | grep -q LISTEN && break
 	sleep 0.1
 done
-"$FLOWPLANE" lab exec "$LAB" h1 -- "$FLOWPLANE" tune --name "fpdemo-$LAB" run -- iperf3 -c "$h2" -p "$port" -t 2 >/dev/null &
+"$FLOWPLANE" lab exec "$LAB" h1 -- "$FLOWPLANE" tune --name "fpdemo-$LAB" exec -- iperf3 -c "$h2" -p "$port" -t 2 >/dev/null &
 client=$!
 sleep 1
 "$FLOWPLANE" lab exec "$LAB" h1 -- ss -tinm "dst $h2:$port" | awk '/skmem/ {

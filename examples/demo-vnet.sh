@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 head -c 8000000 /dev/urandom >"$tmp/file"
-"$FLOWPLANE" vnet exec examples/vnet-demo.yaml \
+"$FLOWPLANE" vnet exec --config examples/vnet-demo.yaml \
 	-c "h2 recvfile $tmp/copy 9000" \
 	-c "h1 sendfile $tmp/file 198.18.2.2 9000" \
 	-c "h1 traceroute 198.18.2.2" \

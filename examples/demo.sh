@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export FLOWPLANE="$PWD/bin/flowplane" LAB=demo
 
-if "$FLOWPLANE" lab ls | awk 'NR > 1 {print $1}' | grep -qx "$LAB"; then
+if "$FLOWPLANE" lab list | awk 'NR > 1 {print $1}' | grep -qx "$LAB"; then
 	echo "demo: a lab called $LAB is running; remove it with: $FLOWPLANE lab down $LAB" >&2
 	exit 1
 fi
@@ -14,8 +14,8 @@ trap '"$FLOWPLANE" lab down "$LAB" >/dev/null' EXIT
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "flowplane lab up examples/demo.yaml"
-"$FLOWPLANE" lab up examples/demo.yaml
+step "flowplane lab up --config examples/demo.yaml"
+"$FLOWPLANE" lab up --config examples/demo.yaml
 "$FLOWPLANE" lab status "$LAB"
 
 h2=$("$FLOWPLANE" lab status "$LAB" --json | jq -r '.nodes[] | select(.name == "h2") | .interfaces[0].ipv4 | split("/")[0]')

@@ -9,6 +9,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
 	"github.com/flowplane/flowplane/internal/altmark"
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/conntrack"
@@ -34,8 +36,13 @@ func main() {
 
 // run runs the command line args until done or ctx is cancelled.
 func run(ctx context.Context, args []string) error {
-	root := cli.Root("flowplane", "Track, tune, prioritize and measure network flows",
-		lab.Command(), conntrack.Command(), tune.Command(), vnet.Command(), prio.Command(), altmark.Command())
+	root := newRoot()
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
+}
+
+// newRoot is the whole command tree (docs/cli.md; grammar_test.go checks it).
+func newRoot() *cobra.Command {
+	return cli.Root("flowplane", "Track, tune, prioritize and measure network flows",
+		lab.Command(), conntrack.Command(), tune.Command(), vnet.Command(), prio.Command(), altmark.Command())
 }

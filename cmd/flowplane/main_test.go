@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,15 +54,17 @@ func TestUsageErrorsExit2(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"lab", "up", bad}, bad + `:5: links[0].rate: "fast" is not a rate`},
-		{[]string{"lab", "up", filepath.Join(dir, "missing.yaml")}, "no such file or directory"},
-		{[]string{"lab", "up"}, "flowplane lab up takes 1 argument(s), got 0"},
+		{[]string{"lab", "up", "--config", bad}, bad + `:5: links[0].rate: "fast" is not a rate`},
+		{[]string{"lab", "up", "--config", filepath.Join(dir, "missing.yaml")}, "no such file or directory"},
+		{[]string{"lab", "up"}, "flowplane lab up needs --config; usage: flowplane lab up --config FILE [--name N]"},
+		{[]string{"lab", "up", "--config", bad, "x", "y"}, "flowplane lab up takes 0 argument(s), got 2"},
 		{[]string{"lab", "down"}, "give a lab name or --all"},
 		{[]string{"lab", "status", "nosuchlab"}, `lab "nosuchlab": no such lab`},
-		{[]string{"lab", "up", "--bogus", bad}, "unknown flag: --bogus"},
+		{[]string{"lab", "up", "--bogus", "--config", bad}, "unknown flag: --bogus"},
 		{[]string{"nosuch"}, `unknown command "nosuch"`},
 		{[]string{"lab", "nosuch"}, `unknown command "nosuch" for "flowplane lab"`},
-		{[]string{"-v", "vnet", "exec"}, "flowplane vnet exec takes 1 argument(s), got 0"},
+		{[]string{"prio", "host", "nosuch"}, `unknown command "nosuch" for "flowplane prio host"`},
+		{[]string{"-v", "vnet", "exec"}, "flowplane vnet exec needs --config"},
 	} {
 		_, stderr, code := flowplane(t, c.args...)
 		if code != 2 || !strings.Contains(stderr, c.want) {
@@ -80,9 +83,9 @@ func TestVerboseIsGlobal(t *testing.T) {
 		args  []string
 		debug bool
 	}{
-		{append([]string{"-v", "vnet", "exec", topology}, script...), true},
-		{append([]string{"vnet", "exec", "--verbose", topology}, script...), true},
-		{append([]string{"vnet", "exec", topology}, script...), false},
+		{append([]string{"-v", "vnet", "exec", "--config", topology}, script...), true},
+		{append([]string{"vnet", "exec", "--verbose", "--config", topology}, script...), true},
+		{append([]string{"vnet", "exec", "--config", topology}, script...), false},
 	} {
 		out, stderr, code := flowplane(t, c.args...)
 		if code != 0 || strings.Contains(stderr, `level=DEBUG msg="test message"`) != c.debug {
@@ -96,7 +99,7 @@ func TestVerboseIsGlobal(t *testing.T) {
 func TestSignalStopsCleanly(t *testing.T) {
 	t.Parallel()
 	for _, sig := range []os.Signal{os.Interrupt, syscall.SIGTERM} {
-		cmd := exec.Command(os.Args[0], "vnet", "up", "../../internal/vnet/testdata/line.yaml", "--base-port", "-1")
+		cmd := exec.Command(os.Args[0], "vnet", "up", "--config", "../../internal/vnet/testdata/line.yaml", "--base-port", "-1")
 		cmd.Env = append(os.Environ(), "FLOWPLANE_MAIN=1")
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
@@ -136,16 +139,23 @@ func TestLabLifecycle(t *testing.T) {
 	if err := os.WriteFile(file, []byte("nodes: {h1: {env: {X: y}}, r1: {kind: router}, h2: {}}\nlinks:\n  - endpoints: [h1, r1]\n  - endpoints: [r1, h2]\n    loss: 0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, stderr, code := flowplane(t, "lab", "up", "--name", name, file); code != 0 {
-		t.Fatalf("lab up: exit %d: %s", code, stderr)
+	if out, stderr, code := flowplane(t, "lab", "up", "--name", name, "--config", file); code != 0 || out != "lab "+name+": up, 3 nodes, 2 links\n" {
+		t.Fatalf("lab up: exit %d: %q %s", code, out, stderr)
 	}
 	t.Cleanup(func() { _ = lab.Down(name) })
-	if _, stderr, code := flowplane(t, "lab", "up", "--name", name, file); code != 2 || !strings.Contains(stderr, "a lab of that name is running") {
+	if _, stderr, code := flowplane(t, "lab", "up", "--name", name, "--config", file); code != 2 || !strings.Contains(stderr, "a lab of that name is running") {
 		t.Errorf("second up: exit %d: %s", code, stderr)
 	}
-	out, _, code := flowplane(t, "lab", "ls")
+	out, _, code := flowplane(t, "lab", "list")
 	if code != 0 || !strings.Contains(out, name) {
-		t.Errorf("lab ls: exit %d:\n%s", code, out)
+		t.Errorf("lab list: exit %d:\n%s", code, out)
+	}
+	out, _, code = flowplane(t, "lab", "list", "--json")
+	var labs []lab.ListEntry
+	if err := json.Unmarshal([]byte(out), &labs); code != 0 || err != nil || !slices.ContainsFunc(labs, func(e lab.ListEntry) bool {
+		return e.Name == name && e.Nodes == 3 && e.Links == 2 && e.File == file && e.Created != nil
+	}) {
+		t.Errorf("lab list --json: exit %d, %v:\n%s", code, err, out)
 	}
 	out, _, code = flowplane(t, "lab", "status", name, "--json")
 	var st lab.Status
@@ -173,8 +183,8 @@ func TestLabLifecycle(t *testing.T) {
 			t.Errorf("lab exec %s: exit %d (want %d), out %q (want %q), stderr %q", strings.Join(c.args, " "), code, c.code, out, c.out, stderr)
 		}
 	}
-	if _, stderr, code := flowplane(t, "lab", "down", name); code != 0 {
-		t.Errorf("lab down: exit %d: %s", code, stderr)
+	if out, stderr, code := flowplane(t, "lab", "down", name); code != 0 || out != "lab "+name+": down\n" {
+		t.Errorf("lab down: exit %d: %q %s", code, out, stderr)
 	}
 	if _, _, code := flowplane(t, "lab", "down", name); code != 2 {
 		t.Errorf("second down: exit %d, want 2", code)

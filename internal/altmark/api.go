@@ -18,7 +18,7 @@ import (
 	"github.com/flowplane/flowplane/internal/config"
 )
 
-// The REST API of `altmark probe --listen` (docs/altmark.md "REST API", openapi.json).
+// The REST API of `altmark probe run --listen` (docs/altmark.md "REST API", openapi.json).
 
 //go:embed openapi.json
 var openAPI []byte

@@ -187,12 +187,8 @@ func TestProbeCommandBadConfigExits2(t *testing.T) {
 		{"--config", "../../examples/altmark-probe.yaml", "--listen", "0.0.0.0:9464"},
 		{"--config", "../../examples/altmark-probe.yaml", "--idle"},
 	} {
-		cmd := probeCommand()
-		cmd.SetArgs(args)
-		cmd.SetOut(new(strings.Builder))
-		cmd.SetErr(new(strings.Builder))
 		t.Setenv(TokenEnv, "")
-		err := cmd.Execute()
+		_, err := runCLI(append([]string{"probe", "run"}, args...)...)
 		if cli.ExitCode(err) != 2 {
 			t.Errorf("%v: %v (exit %d), want exit 2", args, err, cli.ExitCode(err))
 		}

@@ -14,56 +14,112 @@ import (
 	"github.com/flowplane/flowplane/internal/cli"
 )
 
-// markCommand is `flowplane altmark mark`.
+// markCommand is `flowplane altmark mark`: apply, remove, status.
 func markCommand() *cobra.Command {
-	var dev, cfgFile string
-	var remove, check bool
 	cmd := &cobra.Command{
-		Use:   "mark --dev IF --config FILE | mark remove --dev IF | mark status [--json]",
+		Use:   "mark",
 		Short: "Color packets by period at a network edge's egress (dscp, ipv4-flag or ipv6-altmark)",
-		Long: `Attach the marker at the head of IF's tcx egress: every selected packet gets the color of
-its period, (⌊TAI / period⌋ + start_color) mod 2, in the configured carrier, and with double
-marking the delay mark on the first packets of each flow in the central half of each period.
-The marker stays attached (pinned) after the command returns; "mark remove" detaches it,
-"mark status" shows its counters. The configuration is validated before anything attaches
-(exit 2 naming the field); docs/altmark.md, section Marker.`,
-		Args: cli.ExactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if remove {
-				if cfgFile != "" {
-					return cli.Usagef("--remove takes no --config")
-				}
-				return runMarkRemove(cmd.OutOrStdout(), dev)
-			}
-			if cfgFile == "" || (dev == "" && !check) {
-				return cli.Usagef("altmark mark needs --dev and --config; usage: %s", cmd.UseLine())
-			}
-			c, err := LoadMarkConfig(cfgFile)
-			if err != nil {
-				return cli.Usage(err)
-			}
-			for _, w := range c.Warnings {
-				slog.Warn(w)
-			}
-			if check {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: valid (%s, period %v)\n", cfgFile, c.Carrier, time.Duration(c.Period))
-				return nil
-			}
-			if _, err := CheckMarkDevice(dev); err != nil {
-				return cli.Usagef("--dev: %w", err)
-			}
-			if err := Mark(dev, c); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "altmark marker on %s egress: %s, period %v, start color %d%s\n", dev, describeCarrier(c), time.Duration(c.Period), c.StartColor, describeDouble(c))
-			return nil
-		},
+		Long: `The marker, attached at the head of an edge interface's tcx egress, gives every selected
+packet the color of its period, (⌊TAI / period⌋ + start_color) mod 2, in the configured
+carrier, and with double marking the delay mark on the first packets of each flow in the
+central half of each period. It stays attached (pinned) after "mark apply" returns; "mark
+remove" detaches it, "mark status" shows its counters. docs/altmark.md, section Marker.`,
 	}
-	cmd.Flags().StringVar(&dev, "dev", "", "the edge interface whose egress is marked")
-	cmd.Flags().StringVar(&cfgFile, "config", "", "marker configuration file (YAML; docs/altmark.md, Marker)")
-	cmd.Flags().BoolVar(&remove, "remove", false, "detach the marker from --dev (same as `mark remove`)")
-	cmd.Flags().BoolVar(&check, "check", false, "validate --config and exit (no --dev needed)")
-	cmd.AddCommand(markRemoveCommand(), cli.StatusCommand("the markers of this network namespace and their counters", ReadMarkStatus, printMarkStatus))
+	// The old bare forms: `mark --dev IF --config FILE [--check]` and `mark --remove --dev IF`.
+	var a markApply
+	var remove bool
+	a.flags(cmd, true)
+	cmd.Flags().BoolVar(&remove, "remove", false, "detach the marker from --dev")
+	_ = cmd.Flags().MarkHidden("remove")
+	for _, f := range markLegacy {
+		cli.Deprecates(cmd, f[0], f[1])
+	}
+	cli.Object(cmd, func(cmd *cobra.Command, _ []string) error {
+		switch {
+		case remove:
+			cli.Notice(cmd, markLegacy[2][0], markLegacy[2][1])
+			if a.file != "" {
+				return cli.Usagef("--remove takes no --config")
+			}
+			return runMarkRemove(cmd, a.dev)
+		case a.check:
+			cli.Notice(cmd, markLegacy[1][0], markLegacy[1][1])
+		default:
+			cli.Notice(cmd, markLegacy[0][0], markLegacy[0][1])
+		}
+		return a.run(cmd)
+	})
+	cmd.AddCommand(markApplyCommand(), markRemoveCommand(),
+		cli.StatusCommand("Show the markers of this network namespace and their counters", ReadMarkStatus, printMarkStatus))
+	return cmd
+}
+
+// markLegacy: the deprecated bare spellings and what replaces them.
+var markLegacy = [][2]string{
+	{"altmark mark --dev IF --config FILE", "altmark mark apply --dev IF --config FILE"},
+	{"altmark mark --check --config FILE", "altmark mark apply --check --config FILE"},
+	{"altmark mark --remove --dev IF", "altmark mark remove --dev IF"},
+}
+
+const markApplyUse = "altmark mark apply --dev IF --config FILE [--check]"
+
+// markApply is `mark apply`'s flags and action.
+type markApply struct {
+	dev, file string
+	check     bool
+}
+
+func (a *markApply) flags(cmd *cobra.Command, legacy bool) {
+	f := cmd.Flags()
+	f.StringVar(&a.dev, "dev", "", "the edge interface whose egress is marked")
+	f.BoolVar(&a.check, "check", false, "validate --config and exit (no --dev needed)")
+	cli.ConfigFlag(cmd, &a.file, "marker configuration file (YAML; docs/altmark.md, Marker)", "", "")
+	if legacy {
+		for _, n := range []string{"dev", "check", "config"} {
+			_ = f.MarkHidden(n)
+		}
+	}
+}
+
+func (a *markApply) run(cmd *cobra.Command) error {
+	if a.file == "" || (a.dev == "" && !a.check) {
+		return cli.Usagef("%s needs --dev and --config; usage: %s", cmd.CommandPath(), markApplyUse)
+	}
+	c, err := LoadMarkConfig(a.file)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	for _, w := range c.Warnings {
+		slog.Warn(w)
+	}
+	if a.check {
+		fmt.Fprintf(cmd.OutOrStdout(), "%s: valid (%s, period %v)\n", a.file, c.Carrier, time.Duration(c.Period))
+		return nil
+	}
+	// A device that has a marker is refused (exit 2, "remove first"): the marker's flows and
+	// counters cannot be carried over to a new one yet.
+	if _, err := CheckMarkDevice(a.dev); err != nil {
+		return cli.Usagef("--dev: %w", err)
+	}
+	if err := Mark(a.dev, c); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "altmark mark: applied on %s egress, %s, period %v, start color %d%s\n", a.dev, describeCarrier(c), time.Duration(c.Period), c.StartColor, describeDouble(c))
+	return nil
+}
+
+func markApplyCommand() *cobra.Command {
+	var a markApply
+	cmd := &cobra.Command{
+		Use:   "apply --dev IF --config FILE [--check]",
+		Short: "Attach the marker to an interface's egress; a marked interface is refused",
+		Long: `Attach the marker at the head of IF's tcx egress. The configuration is validated before
+anything attaches (exit 2 naming the field); --check only validates it. An interface that has
+a marker already is refused (exit 2): remove it first. docs/altmark.md, section Marker.`,
+		Args: cli.ExactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.run(cmd) },
+	}
+	a.flags(cmd, false)
 	return cmd
 }
 
@@ -71,17 +127,17 @@ func markRemoveCommand() *cobra.Command {
 	var dev string
 	cmd := &cobra.Command{
 		Use:   "remove --dev IF",
-		Short: "detach the marker from an interface",
+		Short: "Detach the marker from an interface",
 		Args:  cli.ExactArgs(0),
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runMarkRemove(cmd.OutOrStdout(), dev) },
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runMarkRemove(cmd, dev) },
 	}
 	cmd.Flags().StringVar(&dev, "dev", "", "the marked interface")
 	return cmd
 }
 
-func runMarkRemove(w io.Writer, dev string) error {
+func runMarkRemove(cmd *cobra.Command, dev string) error {
 	if dev == "" {
-		return cli.Usagef("altmark mark remove needs --dev")
+		return cli.Usagef("altmark mark remove needs --dev; usage: altmark mark remove --dev IF")
 	}
 	if err := RemoveMark(dev); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -89,7 +145,7 @@ func runMarkRemove(w io.Writer, dev string) error {
 		}
 		return err
 	}
-	fmt.Fprintf(w, "altmark marker removed from %s\n", dev)
+	fmt.Fprintf(cmd.OutOrStdout(), "altmark mark: removed from %s\n", dev)
 	return nil
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/flowplane/flowplane/internal/match"
 )
 
-// MarkConfig is the marker's configuration file (`altmark mark --config`). ParseMarkConfig
+// MarkConfig is the marker's configuration file (`altmark mark apply --config`). ParseMarkConfig
 // validates it; Spec turns it into what the BPF program needs.
 type MarkConfig struct {
 	File       string         `json:"file"`

@@ -137,32 +137,34 @@ func TestMarkCommandUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--dev", "lo"}, "needs --dev and --config"},
-		{[]string{"--config", good}, "needs --dev and --config"},
-		{[]string{"--dev", "lo", "--config", bad}, "bad.yaml:2: period"},
-		{[]string{"--dev", "lo", "--config", filepath.Join(dir, "missing.yaml")}, "missing.yaml"},
-		{[]string{"--dev", "fpnosuchdev0", "--config", good}, "--dev: interface \"fpnosuchdev0\""},
-		{[]string{"--remove"}, "needs --dev"},
+		{[]string{"apply", "--dev", "lo"}, "needs --dev and --config"},
+		{[]string{"apply", "--config", good}, "needs --dev and --config"},
+		{[]string{"apply", "--dev", "lo", "--config", bad}, "bad.yaml:2: period"},
+		{[]string{"apply", "--dev", "lo", "--config", filepath.Join(dir, "missing.yaml")}, "missing.yaml"},
+		{[]string{"apply", "--dev", "fpnosuchdev0", "--config", good}, "--dev: interface \"fpnosuchdev0\""},
 		{[]string{"remove"}, "needs --dev"},
-		{[]string{"extra"}, "takes 0 argument"},
+		{[]string{"apply", "extra"}, "takes 0 argument"},
+		{[]string{"extra"}, `unknown command "extra" for "flowplane altmark mark"`},
 	} {
-		cmd := markCommand()
-		var out bytes.Buffer
-		cmd.SetOut(&out)
-		cmd.SetErr(&out)
-		cmd.SetArgs(tc.args)
-		err := cmd.Execute()
+		_, err := runCLI(append([]string{"mark"}, tc.args...)...)
 		if cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: exit %d, %v; want 2 and %q", tc.args, cli.ExitCode(err), err, tc.want)
 		}
 	}
-	cmd := markCommand()
+	if out, err := runCLI("mark", "apply", "--check", "--config", good); err != nil || !strings.Contains(out, "valid") {
+		t.Errorf("--check: %v %q", err, out)
+	}
+}
+
+// runCLI runs `flowplane altmark args...` under the binary's root.
+func runCLI(args ...string) (string, error) {
+	cmd := cli.Root("flowplane", "", Command())
 	var out bytes.Buffer
 	cmd.SetOut(&out)
-	cmd.SetArgs([]string{"--check", "--config", good})
-	if err := cmd.Execute(); err != nil || !strings.Contains(out.String(), "valid") {
-		t.Errorf("--check: %v %q", err, out.String())
-	}
+	cmd.SetErr(&out)
+	cmd.SetArgs(append([]string{"altmark"}, args...))
+	err := cmd.Execute()
+	return out.String(), err
 }
 
 func TestMarkCounterNames(t *testing.T) {

@@ -433,19 +433,17 @@ func TestLabMarkCommand(t *testing.T) {
 	run := func(args ...string) (string, error) {
 		var out bytes.Buffer
 		err := nsrun.Do(l.Netns("h1"), func() error {
-			cmd := markCommand()
-			cmd.SetOut(&out)
-			cmd.SetErr(&out)
-			cmd.SetArgs(args)
-			return cmd.Execute()
+			s, err := runCLI(append([]string{"mark"}, args...)...)
+			out.WriteString(s)
+			return err
 		})
 		return out.String(), err
 	}
 	t.Cleanup(func() { _, _ = run("remove", "--dev", dev) })
-	if out, err := run("--dev", dev, "--config", cfg); err != nil || !strings.Contains(out, "FlowMonID 12") {
+	if out, err := run("apply", "--dev", dev, "--config", cfg); err != nil || !strings.HasPrefix(out, "altmark mark: applied on "+dev+" egress") || !strings.Contains(out, "FlowMonID 12") || strings.Count(out, "\n") != 1 {
 		t.Fatalf("mark: %v %q", err, out)
 	}
-	if _, err := run("--dev", dev, "--config", cfg); cli.ExitCode(err) != 2 || !errors.Is(err, ErrMarked) {
+	if _, err := run("apply", "--dev", dev, "--config", cfg); cli.ExitCode(err) != 2 || !errors.Is(err, ErrMarked) || !strings.Contains(err.Error(), "altmark mark remove --dev "+dev+"` first") {
 		t.Errorf("second mark: %v (exit %d), want exit 2 and ErrMarked", err, cli.ExitCode(err))
 	}
 	labtest.Run(t, l, "h1", "ping", "-6", "-c", "2", "-i", "0.2", labtest.Addr(t, l, "h2", "6"))
@@ -458,7 +456,7 @@ func TestLabMarkCommand(t *testing.T) {
 	if out, err := run("status"); err != nil || !strings.Contains(out, dev+": ipv6-altmark") {
 		t.Errorf("status: %v %q", err, out)
 	}
-	if out, err := run("--dev", dev, "--remove"); err != nil || !strings.Contains(out, "removed") {
+	if out, err := run("remove", "--dev", dev); err != nil || out != "altmark mark: removed from "+dev+"\n" {
 		t.Errorf("remove: %v %q", err, out)
 	}
 	if _, err := run("remove", "--dev", dev); cli.ExitCode(err) != 2 {

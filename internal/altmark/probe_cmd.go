@@ -11,58 +11,94 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/config"
 )
 
-// probeCommand is `flowplane altmark probe`.
+// probeCommand is `flowplane altmark probe`: run.
 func probeCommand() *cobra.Command {
-	var cfgFile, listen, tokenFile string
-	var idle, exitWhenDone bool
 	cmd := &cobra.Command{
-		Use:   "probe --config FILE [--listen ADDR]",
+		Use:   "probe",
 		Short: "Count marked packets per period and color, sample them by hash, write period records",
+	}
+	// The old bare form `probe --config FILE [--listen ADDR] …`.
+	var p probeRun
+	p.flags(cmd)
+	cmd.Flags().VisitAll(func(f *pflag.Flag) { f.Hidden = true })
+	cli.Deprecates(cmd, probeLegacy, probeReplacement)
+	cli.Object(cmd, func(cmd *cobra.Command, _ []string) error {
+		cli.Notice(cmd, probeLegacy, probeReplacement)
+		return p.run(cmd)
+	})
+	cmd.AddCommand(probeRunCommand())
+	return cmd
+}
+
+const (
+	probeLegacy      = "altmark probe --config FILE"
+	probeReplacement = "altmark probe run --config FILE"
+)
+
+// probeRun is `probe run`'s flags and action.
+type probeRun struct {
+	cfgFile, listen, tokenFile string
+	idle, exitWhenDone         bool
+}
+
+func (p *probeRun) flags(cmd *cobra.Command) {
+	cli.ConfigFlag(cmd, &p.cfgFile, "probe configuration file (YAML; docs/altmark.md)", "", "")
+	cmd.Flags().StringVar(&p.listen, "listen", "", "serve the REST API on this address, e.g. 127.0.0.1:9464")
+	cmd.Flags().StringVar(&p.tokenFile, "token-file", "", "file holding the API's bearer token (else $"+TokenEnv+")")
+	cmd.Flags().BoolVar(&p.idle, "idle", false, "with --listen: do not start measuring until POST /start")
+	cmd.Flags().BoolVar(&p.exitWhenDone, "exit-when-done", false, "with --listen: exit once the configured periods are recorded")
+}
+
+func (p *probeRun) run(cmd *cobra.Command) error {
+	if p.cfgFile == "" {
+		return cli.Usagef("%s needs --config; usage: altmark probe run --config FILE [--listen ADDR] [--token-file F] [--idle] [--exit-when-done]", cmd.CommandPath())
+	}
+	cfg, err := LoadConfig(p.cfgFile)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	if p.idle && p.listen == "" {
+		return cli.Usagef("--idle waits for POST /start, so it needs --listen")
+	}
+	if p.exitWhenDone && (p.listen == "" || cfg.Periods == 0) {
+		return cli.Usagef("--exit-when-done is for --listen with periods: N in the configuration (without --listen the probe exits when its periods are recorded)")
+	}
+	token, err := ReadToken(p.tokenFile, os.Getenv)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	if p.listen != "" {
+		if err := CheckListen(p.listen, token); err != nil {
+			return cli.Usage(err)
+		}
+	}
+	// main cancels the context on SIGINT or SIGTERM; a second one ends the process.
+	return runProbe(cmd.Context(), cfg, probeOptions{listen: p.listen, token: token, idle: p.idle, exitWhenDone: p.exitWhenDone}, OpenProbe, nil)
+}
+
+func probeRunCommand() *cobra.Command {
+	var p probeRun
+	cmd := &cobra.Command{
+		Use:   "run --config FILE [--listen ADDR] [--token-file F] [--idle] [--exit-when-done]",
+		Short: "Run the probe until its periods are recorded or it is interrupted",
 		Long: `Attach the probe to the configured interfaces (tcx ingress/egress), read every
 period's counters L/2 after it ends, and write them as Parquet and JSON Lines under data_dir
 (docs/altmark-records.md), exporting them by IPFIX when configured. With --listen, serve the
 REST API (docs/altmark.md); a non-loopback address needs a bearer token, read from
 --token-file or $` + TokenEnv + `. Without --listen the probe exits when the configured
 number of periods is recorded or it is interrupted; with --listen it keeps serving the
-records (GET /status says "finished") until interrupted, or exits with --exit-when-done.`,
+records (GET /status says "finished") until interrupted, or exits with --exit-when-done.
+Nothing stays attached after it exits.`,
 		Args: cli.ExactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfgFile == "" {
-				return cli.Usagef("altmark probe: --config FILE is required")
-			}
-			cfg, err := LoadConfig(cfgFile)
-			if err != nil {
-				return cli.Usage(err)
-			}
-			if idle && listen == "" {
-				return cli.Usagef("--idle waits for POST /start, so it needs --listen")
-			}
-			if exitWhenDone && (listen == "" || cfg.Periods == 0) {
-				return cli.Usagef("--exit-when-done is for --listen with periods: N in the configuration (without --listen the probe exits when its periods are recorded)")
-			}
-			token, err := ReadToken(tokenFile, os.Getenv)
-			if err != nil {
-				return cli.Usage(err)
-			}
-			if listen != "" {
-				if err := CheckListen(listen, token); err != nil {
-					return cli.Usage(err)
-				}
-			}
-			// main cancels the context on SIGINT or SIGTERM; a second one ends the process.
-			return runProbe(cmd.Context(), cfg, probeOptions{listen: listen, token: token, idle: idle, exitWhenDone: exitWhenDone}, OpenProbe, nil)
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return p.run(cmd) },
 	}
-	cmd.Flags().StringVar(&cfgFile, "config", "", "probe configuration file (YAML; docs/altmark.md)")
-	cmd.Flags().StringVar(&listen, "listen", "", "serve the REST API on this address, e.g. 127.0.0.1:9464")
-	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the API's bearer token (else $"+TokenEnv+")")
-	cmd.Flags().BoolVar(&idle, "idle", false, "with --listen: do not start measuring until POST /start")
-	cmd.Flags().BoolVar(&exitWhenDone, "exit-when-done", false, "with --listen: exit once the configured periods are recorded")
+	p.flags(cmd)
 	return cmd
 }
 

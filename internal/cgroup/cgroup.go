@@ -120,7 +120,7 @@ func hostRoot(mount string) (string, bool) {
 	return "/proc/" + pid + "/root", ok
 }
 
-// Remove removes a cgroup flowplane created. Processes still in it (a `tune run` that
+// Remove removes a cgroup flowplane created. Processes still in it (a `tune exec` that
 // outlived its policy) are moved to the parent first, since rmdir refuses a populated cgroup
 // and nothing tunes them once the policy is gone; exiting processes keep a cgroup populated
 // for a moment, so EBUSY is retried for a few seconds.

@@ -3,7 +3,6 @@ package cli
 import (
 	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -42,21 +41,13 @@ func requireSubcommand(cmd *cobra.Command) {
 	for _, sub := range cmd.Commands() {
 		requireSubcommand(sub)
 	}
+	cmd.DisableFlagsInUseLine = true // Use lines are the synopses of docs/cli.md, flags included
 	if !cmd.HasSubCommands() || cmd.Runnable() {
 		return
 	}
 	if cmd.SuggestionsMinimumDistance <= 0 {
 		cmd.SuggestionsMinimumDistance = 2 // cobra's default, which it sets only in its own check
 	}
-	cmd.Args = func(cmd *cobra.Command, args []string) error {
-		if len(args) == 0 {
-			return nil
-		}
-		hint := ""
-		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-			hint = "; did you mean " + strings.Join(s, " or ") + "?"
-		}
-		return Usagef("unknown command %q for %q%s; run %s --help for the list", args[0], cmd.CommandPath(), hint, cmd.CommandPath())
-	}
+	cmd.Args = unknownCommand
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 }

@@ -31,9 +31,11 @@ and tracks every TCP, UDP and ICMP flow with nf_conntrack's semantics. New conne
 come from inside interfaces (and, if configured, to listed ports and prefixes from outside);
 packets of known connections pass both ways; everything else is dropped and counted. Each
 network namespace has its own instance, pinned under /sys/fs/bpf/flowplane/conntrack/ns<inode>;
-list, stats, flush, events and timeout act on the instance of the namespace they run in.`,
+list, status, flush, events, timeout and remove act on the instance of the namespace they run in.`,
 	}
-	cmd.AddCommand(runCmd(), listCmd(), flushCmd(), statsCmd(), eventsCmd(), timeoutCmd(), unpinCmd())
+	cmd.AddCommand(runCmd(), listCmd(), flushCmd(), statusCmd(), eventsCmd(), timeoutCmd(), removeCmd(),
+		cli.Alias(statusCmd(), "stats [--json]", "conntrack stats", "conntrack status"),
+		cli.Alias(removeCmd(), "unpin", "conntrack unpin", "conntrack remove"))
 	return cmd
 }
 
@@ -42,8 +44,8 @@ func runCmd() *cobra.Command {
 	var file, metrics, mode, hook string
 	var liberal bool
 	cmd := &cobra.Command{
-		Use:   "run --inside IF --outside IF [--hook auto|xdp|tc] [--config FILE] [--metrics ADDR]",
-		Short: "attach to the interfaces and track until interrupted",
+		Use:   "run --inside IF... --outside IF... [--hook auto|xdp|tc] [--config FILE] [--metrics ADDR]",
+		Short: "Forward and track between the interfaces until interrupted",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := LoadConfig(file)
@@ -120,7 +122,7 @@ func listCmd() *cobra.Command {
 	var proto, state string
 	cmd := &cobra.Command{
 		Use:   "list [--json] [--proto P] [--state S]",
-		Short: "list tracked connections, like conntrack -L",
+		Short: "List tracked connections, like conntrack -L",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			proto, state = strings.ToLower(proto), strings.ToUpper(state)
@@ -144,9 +146,7 @@ func listCmd() *cobra.Command {
 					}
 				}
 				if asJSON {
-					enc := json.NewEncoder(cmd.OutOrStdout())
-					enc.SetIndent("", "  ")
-					return enc.Encode(es)
+					return cli.WriteJSON(cmd.OutOrStdout(), es)
 				}
 				for _, e := range es {
 					fmt.Fprintln(cmd.OutOrStdout(), e.String())
@@ -222,7 +222,7 @@ func withTables(fn func(t *Tables) error) error {
 func flushCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "flush",
-		Short: "delete every tracked connection",
+		Short: "Delete every tracked connection, like conntrack -F",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withTables(func(t *Tables) error {
@@ -230,51 +230,55 @@ func flushCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "conntrack: %d flow entries have been deleted\n", n)
+				fmt.Fprintf(cmd.OutOrStdout(), "conntrack: flushed %d connections\n", n)
 				return nil
 			})
 		},
 	}
 }
 
-func statsCmd() *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "stats [--json]",
-		Short: "print the counters and table sizes",
-		Args:  cli.ExactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withTables(func(t *Tables) error {
-				c, err := t.ReadCounters()
-				if err != nil {
-					return err
-				}
-				conf, unconf, err := t.Count()
-				if err != nil {
-					return err
-				}
-				hooks, err := AttachedHooks()
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					if hooks == nil {
-						hooks = []IfaceHook{}
-					}
-					return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
-						"counters": c, "entries": map[string]int{"confirmed": conf, "unconfirmed": unconf},
-						"unconfirmed_evicted": Evicted(c, unconf),
-						"interfaces":          hooks, "running": len(hooks) > 0})
-				}
-				return printStats(cmd.OutOrStdout(), c, conf, unconf, hooks)
-			})
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
+// Status is what `conntrack status` shows: where the instance is attached, its table sizes and
+// its counters.
+type Status struct {
+	Counters           Counters       `json:"counters"`
+	Entries            map[string]int `json:"entries"` // confirmed, unconfirmed
+	UnconfirmedEvicted uint64         `json:"unconfirmed_evicted"`
+	Interfaces         []IfaceHook    `json:"interfaces"`
+	Running            bool           `json:"running"` // a run is attached
 }
 
-func printStats(w io.Writer, c Counters, conf, unconf int, hooks []IfaceHook) error {
+// ReadStatus reads the status of this network namespace's instance.
+func ReadStatus() (*Status, error) {
+	var st *Status
+	err := withTables(func(t *Tables) error {
+		c, err := t.ReadCounters()
+		if err != nil {
+			return err
+		}
+		conf, unconf, err := t.Count()
+		if err != nil {
+			return err
+		}
+		hooks, err := AttachedHooks()
+		if err != nil {
+			return err
+		}
+		if hooks == nil {
+			hooks = []IfaceHook{}
+		}
+		st = &Status{Counters: c, Entries: map[string]int{"confirmed": conf, "unconfirmed": unconf},
+			UnconfirmedEvicted: Evicted(c, unconf), Interfaces: hooks, Running: len(hooks) > 0}
+		return nil
+	})
+	return st, err
+}
+
+func statusCmd() *cobra.Command {
+	return cli.StatusCommand("Show where the instance is attached, its table sizes and counters", ReadStatus, printStatus)
+}
+
+func printStatus(w io.Writer, st *Status) {
+	c, hooks := st.Counters, st.Interfaces
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if len(hooks) == 0 {
 		fmt.Fprintf(tw, "running\tno (the tables are pinned; no run is attached)\n")
@@ -282,20 +286,20 @@ func printStats(w io.Writer, c Counters, conf, unconf int, hooks []IfaceHook) er
 	for _, h := range hooks {
 		fmt.Fprintf(tw, "interface %s\t%s, hook %s\n", h.Interface, h.Role, h.Hook)
 	}
-	fmt.Fprintf(tw, "entries confirmed\t%d\n", conf)
-	fmt.Fprintf(tw, "entries unconfirmed\t%d\n", unconf)
-	fmt.Fprintf(tw, "unconfirmed_evicted\t%d\n", Evicted(c, unconf))
+	fmt.Fprintf(tw, "entries confirmed\t%d\n", st.Entries["confirmed"])
+	fmt.Fprintf(tw, "entries unconfirmed\t%d\n", st.Entries["unconfirmed"])
+	fmt.Fprintf(tw, "unconfirmed_evicted\t%d\n", st.UnconfirmedEvicted)
 	for _, n := range StatNames {
 		fmt.Fprintf(tw, "%s\t%d\n", n, c[n])
 	}
-	return tw.Flush()
+	tw.Flush()
 }
 
 func eventsCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "events [--json]",
-		Short: "print connections as they are created and destroyed, like conntrack -E",
+		Short: "Print connections as they are created and destroyed, like conntrack -E",
 		Long: `events prints [NEW] when the data path creates a connection and [DESTROY] when one is
 removed: a SYN reopening a closed one, a RST as a connection's only reply, an expired entry
 found by a packet, the sweep of 'run', or 'flush'. Not reported: unconfirmed entries evicted
@@ -373,14 +377,18 @@ func Events(ctx context.Context, t *Tables, fn func(Event)) error {
 
 func timeoutCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "timeout [NAME=DURATION ...]",
-		Short: "show or change the timeouts of the running instance (no reload)",
+		Use:   "timeout [NAME=DURATION...]",
+		Short: "Show or change the timeouts of the running instance, without a reload",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			over := map[string]time.Duration{}
+			var set []string
 			for _, a := range args {
 				name, d, err := ParseTimeout(a)
 				if err != nil {
 					return cli.Usage(err)
+				}
+				if _, dup := over[name]; !dup {
+					set = append(set, name)
 				}
 				over[name] = d
 			}
@@ -389,6 +397,11 @@ func timeoutCmd() *cobra.Command {
 					if err := t.SetTimeouts(over); err != nil {
 						return err
 					}
+					for i, n := range set {
+						set[i] = n + "=" + over[n].String()
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "conntrack: set timeout %s\n", strings.Join(set, " "))
+					return nil
 				}
 				to, liberal, err := t.Timeouts()
 				if err != nil {
@@ -421,17 +434,25 @@ func indexOf(name string) int {
 	return len(timeoutNames)
 }
 
-func unpinCmd() *cobra.Command {
+func removeCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "unpin",
-		Short: "remove this namespace's pinned table (stop `run` first)",
+		Use:   "remove",
+		Short: "Remove this namespace's pinned tables; stop run first",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			inst, err := Instance()
 			if err != nil {
 				return err
 			}
-			return pin.Remove("conntrack", inst)
+			dir := pin.Path("conntrack", inst)
+			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+				return cli.Usagef("no conntrack instance in this network namespace (%s): nothing to remove", dir)
+			}
+			if err := pin.Remove("conntrack", inst); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "conntrack: removed the tables of this network namespace (%s)\n", pin.Path("conntrack", inst))
+			return nil
 		},
 	}
 }

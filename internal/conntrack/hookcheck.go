@@ -238,7 +238,7 @@ const (
 )
 
 // recordHook notes in ct_hooks (a map of user space's own, pinned next to the tables while run
-// attaches, removed when it detaches) which hook ifindex got, for `stats`.
+// attaches, removed when it detaches) which hook ifindex got, for `status`.
 func (d *Datapath) recordHook(ifindex int, hook string, inside bool) error {
 	if d.hooks == nil {
 		m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "ct_hooks", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 64})
@@ -269,7 +269,7 @@ func (d *Datapath) recordHook(ifindex int, hook string, inside bool) error {
 	return nil
 }
 
-// IfaceHook is an attached interface as `stats` shows it.
+// IfaceHook is an attached interface as `status` shows it.
 type IfaceHook struct {
 	Interface string `json:"interface"`
 	Index     int    `json:"ifindex"`

@@ -288,10 +288,10 @@ func TestLaunchersLab(t *testing.T) {
 
 // launcherRounds: round i starts `run` in namespace r with launcher i, opens a UDP flow
 // (send), lists with launcher i+1 (which must see the flows of every earlier round: the table
-// survived each restart), reads stats with launcher i+2 and stops `run`, after which the
-// table is still listed. Then stats says no run is attached, flush from one launcher empties
-// the table another lists, and list in namespace empty (no instance) exits 2 from every
-// launcher.
+// survived each restart), reads status with launcher i+2 and stops `run`, after which the
+// table is still listed. Then status says no run is attached, timeout sets two timeouts, flush
+// from one launcher empties the table another lists, list in namespace empty (no instance)
+// exits 2 from every launcher, remove removes the tables and a second remove exits 2.
 func launcherRounds(t *testing.T, bin string, ls []launcher, r, empty string, args []string, send func(port int)) {
 	t.Cleanup(func() {
 		_ = nsrun.Do(r, func() error {
@@ -319,28 +319,32 @@ func launcherRounds(t *testing.T, bin string, ls []launcher, r, empty string, ar
 				t.Errorf("round %d (run by %s): list by %s misses the flow to port %d (got %v)", i, l.name, other.name, p, got)
 			}
 		}
-		out, code := ctl(t, third, bin, r, "conntrack", "stats", "--json")
+		out, code := ctl(t, third, bin, r, "conntrack", "status", "--json")
 		var st struct {
 			Running    bool        `json:"running"`
 			Interfaces []IfaceHook `json:"interfaces"`
 			Entries    map[string]int
 		}
 		if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
-			t.Fatalf("round %d: stats by %s: exit %d, %s", i, third.name, code, out)
+			t.Fatalf("round %d: status by %s: exit %d, %s", i, third.name, code, out)
 		}
 		if !st.Running || len(st.Interfaces) != 2 || st.Entries["unconfirmed"] < len(want) {
-			t.Errorf("round %d: stats by %s: %s", i, third.name, out)
+			t.Errorf("round %d: status by %s: %s", i, third.name, out)
 		}
 		run.stop(t)
 		if got := udpPorts(listJSON(t, third, bin, r)); len(got) != len(want) {
 			t.Errorf("round %d: after run (%s) stopped, list by %s: %v, want %v", i, l.name, third.name, got, want)
 		}
 	}
-	out, code := ctl(t, ls[1], bin, r, "conntrack", "stats", "--json")
-	if code != 0 || !strings.Contains(out, `"running":false`) {
-		t.Errorf("stats with no run attached: exit %d, %s", code, out)
+	out, code := ctl(t, ls[1], bin, r, "conntrack", "status", "--json")
+	var st Status
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Running {
+		t.Errorf("status with no run attached: exit %d, %s", code, out)
 	}
-	if out, code := ctl(t, ls[2], bin, r, "conntrack", "flush"); code != 0 || !strings.Contains(out, fmt.Sprintf("%d flow entries have been deleted", len(want))) {
+	if out, code := ctl(t, ls[0], bin, r, "conntrack", "timeout", "udp_stream=2m", "icmp=10s"); code != 0 || out != "conntrack: set timeout udp_stream=2m0s icmp=10s\n" {
+		t.Errorf("timeout: exit %d, %q", code, out)
+	}
+	if out, code := ctl(t, ls[2], bin, r, "conntrack", "flush"); code != 0 || out != fmt.Sprintf("conntrack: flushed %d connections\n", len(want)) {
 		t.Errorf("flush: exit %d, %q", code, out)
 	}
 	if es := listJSON(t, ls[0], bin, r); len(es) != 0 {
@@ -350,6 +354,12 @@ func launcherRounds(t *testing.T, bin string, ls []launcher, r, empty string, ar
 		if _, code := ctl(t, l, bin, empty, "conntrack", "list"); code != 2 {
 			t.Errorf("%s: list in a namespace without an instance: exit %d, want 2", l.name, code)
 		}
+	}
+	if out, code := ctl(t, ls[1], bin, r, "conntrack", "remove"); code != 0 || !strings.HasPrefix(out, "conntrack: removed the tables of this network namespace") {
+		t.Errorf("remove: exit %d, %q", code, out)
+	}
+	if _, code := ctl(t, ls[2], bin, r, "conntrack", "remove"); code != 2 {
+		t.Errorf("second remove: exit %d, want 2", code)
 	}
 }
 
@@ -409,12 +419,12 @@ func (n *plainNet) unsolicited(t *testing.T) error {
 
 func hooksOf(t *testing.T, bin string, n *plainNet) map[string]string {
 	t.Helper()
-	out, code := ctl(t, launchers[0], bin, n.R, "conntrack", "stats", "--json")
+	out, code := ctl(t, launchers[0], bin, n.R, "conntrack", "status", "--json")
 	var st struct {
 		Interfaces []IfaceHook `json:"interfaces"`
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
-		t.Fatalf("stats: exit %d, %s", code, out)
+		t.Fatalf("status: exit %d, %s", code, out)
 	}
 	m := map[string]string{}
 	for _, h := range st.Interfaces {

@@ -1,12 +1,13 @@
 package lab
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/spf13/cobra"
@@ -23,53 +24,55 @@ func Command() *cobra.Command {
 			"links with optional rate (HTB) and loss (a cls_bpf program on the clsact egress hook), routed so every host reaches every host\n" +
 			"over IPv4 and IPv6. See docs/lab.md for the file format.",
 	}
-	cmd.AddCommand(upCmd(), downCmd(), lsCmd(), statusCmd(), execCmd())
+	cmd.AddCommand(upCmd(), downCmd(), listCmd(), statusCmd(), execCmd())
 	return cmd
 }
 
 func upCmd() *cobra.Command {
-	var name string
+	var file, name string
 	cmd := &cobra.Command{
-		Use:   "up FILE",
-		Short: "Create the lab described in FILE",
-		Args:  cli.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := os.ReadFile(args[0])
+		Use:   "up --config FILE [--name N]",
+		Short: "Create the lab described in a topology file",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.Require(cmd, "config"); err != nil {
+				return err
+			}
+			data, err := os.ReadFile(file)
 			if err != nil {
 				return cli.Usage(err)
 			}
-			t, err := Parse(args[0], data, name)
+			t, err := Parse(file, data, name)
 			if err != nil {
 				return cli.Usage(err)
 			}
 			if err := rlimit.RemoveMemlock(); err != nil {
 				return fmt.Errorf("remove memlock limit: %w", err)
 			}
-			l, err := Up(args[0], data, t)
+			l, err := Up(file, data, t)
 			if errors.Is(err, ErrExists) {
 				return cli.Usage(err)
 			}
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "lab %s is up: %d nodes, %d links; `flowplane lab status %s` shows it\n",
-				l.Name(), len(t.Nodes), len(t.Links), l.Name())
+			fmt.Fprintf(cmd.OutOrStdout(), "lab %s: up, %d nodes, %d links\n", l.Name(), len(t.Nodes), len(t.Links))
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&name, "name", "", "lab name (overrides the file's name:)")
+	cli.ConfigFlag(cmd, &file, "topology file (YAML; docs/lab.md)", "lab up FILE", "lab up --config FILE")
+	cmd.Flags().StringVar(&name, "name", "", "lab name (overrides name: in the topology)")
 	return cmd
 }
 
 func downCmd() *cobra.Command {
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "down NAME | --all",
+		Use:   "down NAME|--all",
 		Short: "Remove a lab and everything it created",
 		Args:  cli.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) == 1) {
-				return cli.Usagef("give a lab name or --all, not both or neither")
+				return cli.Usagef("give a lab name or --all, not both or neither; usage: %s", cmd.UseLine())
 			}
 			names := args
 			if all {
@@ -79,6 +82,7 @@ func downCmd() *cobra.Command {
 				}
 			}
 			var errs []error
+			var down []string
 			for _, n := range names {
 				err := Down(n)
 				switch {
@@ -87,8 +91,19 @@ func downCmd() *cobra.Command {
 				case err != nil:
 					errs = append(errs, err)
 				default:
-					fmt.Fprintf(cmd.OutOrStdout(), "lab %s is down\n", n)
+					down = append(down, n)
 				}
+			}
+			out := cmd.OutOrStdout()
+			switch {
+			case !all:
+				if len(down) == 1 {
+					fmt.Fprintf(out, "lab %s: down\n", down[0])
+				}
+			case len(names) == 0:
+				fmt.Fprintln(out, "lab: no lab was running")
+			default:
+				fmt.Fprintf(out, "lab: %d of %d lab(s) down: %s\n", len(down), len(names), strings.Join(down, ", "))
 			}
 			return errors.Join(errs...)
 		},
@@ -97,35 +112,70 @@ func downCmd() *cobra.Command {
 	return cmd
 }
 
-func lsCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "ls",
-		Short: "List running labs",
-		Args:  cli.ExactArgs(0),
+// ListEntry is a line of `lab list`: a running lab, or (Error) a name whose record is gone.
+type ListEntry struct {
+	Name    string     `json:"name"`
+	Nodes   int        `json:"nodes"`
+	Links   int        `json:"links"`
+	File    string     `json:"file,omitempty"`
+	Created *time.Time `json:"created,omitempty"`
+	Error   string     `json:"error,omitempty"`
+}
+
+// List is every lab of this machine, by name.
+func List() ([]ListEntry, error) {
+	names, err := Names()
+	if err != nil {
+		return nil, err
+	}
+	out := []ListEntry{}
+	for _, n := range names {
+		l, err := Open(n)
+		if err != nil {
+			out = append(out, ListEntry{Name: n, Error: fmt.Sprintf("no record: `lab down %s` cleans up", n)})
+			continue
+		}
+		created := l.Created
+		out = append(out, ListEntry{Name: n, Nodes: len(l.Topology.Nodes), Links: len(l.Topology.Links), File: l.Topology.File, Created: &created})
+	}
+	return out, nil
+}
+
+func listCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "list [--json]",
+		Aliases: []string{"ls"},
+		Short:   "List running labs",
+		Args:    cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			names, err := Names()
+			ls, err := List()
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return cli.WriteJSON(cmd.OutOrStdout(), ls)
+			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "NAME\tNODES\tLINKS\tFILE\tCREATED")
-			for _, n := range names {
-				l, err := Open(n)
-				if err != nil {
-					fmt.Fprintf(w, "%s\t?\t?\t(no record: `lab down %s` cleans up)\t\n", n, n)
+			for _, l := range ls {
+				if l.Error != "" {
+					fmt.Fprintf(w, "%s\t?\t?\t(%s)\t\n", l.Name, l.Error)
 					continue
 				}
-				fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", n, len(l.Topology.Nodes), len(l.Topology.Links), l.Topology.File, l.Created.Format("2006-01-02 15:04:05"))
+				fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\n", l.Name, l.Nodes, l.Links, l.File, l.Created.Format("2006-01-02 15:04:05"))
 			}
 			return w.Flush()
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }
 
 func statusCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "status NAME",
+		Use:   "status NAME [--json]",
 		Short: "Show a lab's nodes, addresses, links and drop counters",
 		Args:  cli.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -141,9 +191,7 @@ func statusCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(s)
+				return cli.WriteJSON(cmd.OutOrStdout(), s)
 			}
 			return printStatus(cmd.OutOrStdout(), s)
 		},
@@ -187,10 +235,10 @@ func printStatus(out io.Writer, s *Status) error {
 func execCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "exec NAME NODE -- CMD [ARG...]",
-		Short: "Run a command on a node (its namespace and environment); exits with the command's code",
+		Short: "Run a command on a node, in its namespace and environment, with the command's exit code",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) < 3 {
-				return cli.Usagef("usage: %s", cmd.UseLine())
+				return cli.Usagef("%s needs NAME, NODE and a command; usage: %s", cmd.CommandPath(), cmd.UseLine())
 			}
 			return nil
 		},

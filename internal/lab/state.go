@@ -30,7 +30,7 @@ func Open(name string) (*Lab, error) {
 	var r record
 	err := runstate.Load(subsystem, name, &r)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("lab %q: %w (flowplane lab ls lists the running ones)", name, ErrNotFound)
+		return nil, fmt.Errorf("lab %q: %w (flowplane lab list lists the running ones)", name, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read lab record: %w", err)

@@ -24,89 +24,227 @@ func Command() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "prio",
 		Short: "Prioritize flows at a bottleneck from the send backlog their hosts advertise",
-		Long: `prio has two halves. On hosts, "prio host" attaches a sock_ops program to a cgroup v2: the
-connections its policy selects carry their unsent bytes and send-buffer occupancy in a TCP
+		Long: `prio has two halves. On hosts, "prio host apply" attaches a sock_ops program to a cgroup v2:
+the connections its policy selects carry their unsent bytes and send-buffer occupancy in a TCP
 option, on the SYN and on data segments when they change (policy: min_interval, refresh). On a
-router, "prio router" builds an HTB tree on the bottleneck interface and a classifier at its tcx
-egress that puts each flow into a class by the policy's scheme. Routers are per network
+router, "prio router apply" builds an HTB tree on the bottleneck interface and a classifier at
+its tcx egress that puts each flow into a class by the policy's scheme. Routers are per network
 namespace and device; see docs/prio.md.`,
 	}
 	cmd.AddCommand(hostCmd(), routerCmd(),
-		cli.StatusCommand("per-class packets, bytes and drops, per-flow advertised backlog and class, counters", ReadStatus, printStatus),
-		removeCmd())
+		cli.StatusCommand("Show per-class packets, bytes and drops, per-flow advertised backlog and class, counters", ReadStatus, printStatus),
+		legacyRemoveCmd())
 	return cmd
 }
 
 func hostCmd() *cobra.Command {
-	var cg, policy, name string
 	cmd := &cobra.Command{
-		Use:   "host --cgroup PATH --policy FILE",
-		Short: "advertise the backlog of the selected connections of a cgroup's processes",
-		Args:  cli.ExactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cg == "" || policy == "" {
-				return cli.Usagef("prio host needs --cgroup and --policy; usage: %s", cmd.UseLine())
-			}
-			p, err := LoadHostPolicy(policy)
-			if err != nil {
-				return cli.Usage(err)
-			}
-			path, err := cgroup.Resolve(cg)
-			if err != nil {
-				return cli.Usage(err)
-			}
-			if err := Host(name, path, p); err != nil {
-				return err
-			}
-			when := "on every data segment"
-			if p.Refresh > 0 {
-				when = fmt.Sprintf("on changes, at least every %v", p.Refresh)
-				if p.MinInterval > 0 {
-					when = fmt.Sprintf("on changes at most every %v, at least every %v", p.MinInterval, p.Refresh)
-				}
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "prio host %s: %d selector(s) on %s; the option written %s\n", name, len(p.Advertise), cgroup.HostPath(path), when)
-			return nil
-		},
+		Use:   "host",
+		Short: "Advertise the send backlog of a cgroup's selected connections",
 	}
-	cmd.Flags().StringVar(&cg, "cgroup", "", "cgroup v2 whose connections advertise (absolute or relative to the cgroup2 mount)")
-	cmd.Flags().StringVar(&policy, "policy", "", "host policy file (YAML)")
-	cmd.Flags().StringVar(&name, "name", "default", "attachment name (several cgroups can have one each)")
+	// The old bare form `prio host --cgroup PATH --policy FILE [--name N]`.
+	var a hostApply
+	a.flags(cmd, true)
+	cli.Deprecates(cmd, hostLegacy, hostReplacement)
+	cli.Object(cmd, func(cmd *cobra.Command, _ []string) error {
+		cli.Notice(cmd, hostLegacy, hostReplacement)
+		return a.run(cmd)
+	})
+	cmd.AddCommand(hostApplyCmd(), hostRemoveCmd())
 	return cmd
 }
 
-func routerCmd() *cobra.Command {
-	var dev, rate, policy string
+const (
+	hostLegacy      = "prio host --cgroup PATH --policy FILE"
+	hostReplacement = "prio host apply --cgroup PATH --config FILE"
+)
+
+// hostApply is `prio host apply`'s flags and action.
+type hostApply struct{ cg, file, name string }
+
+func (a *hostApply) flags(cmd *cobra.Command, legacy bool) {
+	f := cmd.Flags()
+	f.StringVar(&a.cg, "cgroup", "", "cgroup v2 whose connections advertise (absolute or relative to the cgroup2 mount)")
+	f.StringVar(&a.name, "name", DefaultHost, "attachment name (several cgroups can have one each)")
+	if legacy { // the bare object's flags: hidden, --policy only
+		f.StringVar(&a.file, "policy", "", "host policy file (YAML)")
+		for _, n := range []string{"cgroup", "name", "policy"} {
+			_ = f.MarkHidden(n)
+		}
+		return
+	}
+	cli.ConfigFlag(cmd, &a.file, "host policy file (YAML; docs/prio.md)", "", "")
+	cli.AliasFlag(cmd, "policy", "config", "prio host apply --policy FILE", "prio host apply --config FILE")
+}
+
+func (a *hostApply) run(cmd *cobra.Command) error {
+	if a.cg == "" || a.file == "" {
+		return cli.Usagef("%s needs --cgroup and --config; usage: %s", cmd.CommandPath(), hostApplyUse)
+	}
+	p, err := LoadHostPolicy(a.file)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	path, err := cgroup.Resolve(a.cg)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	verb := "applied"
+	if HostAttached(a.name) {
+		verb = "replaced" // Host detaches the old attachment of this name, then attaches
+	}
+	if err := Host(a.name, path, p); err != nil {
+		return err
+	}
+	when := "on every data segment"
+	if p.Refresh > 0 {
+		when = fmt.Sprintf("on changes, at least every %v", p.Refresh)
+		if p.MinInterval > 0 {
+			when = fmt.Sprintf("on changes at most every %v, at least every %v", p.MinInterval, p.Refresh)
+		}
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "prio host: %s %q on %s, %d selector(s), the option written %s\n", verb, a.name, cgroup.HostPath(path), len(p.Advertise), when)
+	return nil
+}
+
+const hostApplyUse = "prio host apply --cgroup PATH --config FILE [--name N]"
+
+func hostApplyCmd() *cobra.Command {
+	var a hostApply
 	cmd := &cobra.Command{
-		Use:   "router --dev IF --rate R --policy FILE",
-		Short: "shape a bottleneck interface with HTB and classify its flows by a scheme",
+		Use:   "apply --cgroup PATH --config FILE [--name N]",
+		Short: "Attach the option writer to a cgroup, replacing the attachment of the same name",
+		Args:  cli.ExactArgs(0),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return a.run(cmd) },
+	}
+	a.flags(cmd, false)
+	return cmd
+}
+
+func hostRemoveCmd() *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "remove [--name N]",
+		Short: "Detach a host attachment and unpin it",
+		Args:  cli.ExactArgs(0),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return removeHost(cmd, name) },
+	}
+	cmd.Flags().StringVar(&name, "name", DefaultHost, "the attachment's name")
+	return cmd
+}
+
+func removeHost(cmd *cobra.Command, name string) error {
+	if err := RemoveHost(name); errors.Is(err, os.ErrNotExist) {
+		return cli.Usagef("no prio host attachment %q", name)
+	} else if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "prio host: removed %q\n", name)
+	return nil
+}
+
+func routerCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "router",
+		Short: "Shape a bottleneck interface with HTB and classify its flows by a scheme",
+	}
+	// The old bare form `prio router --dev IF --rate R --policy FILE`.
+	var a routerApply
+	a.flags(cmd, true)
+	cli.Deprecates(cmd, routerLegacy, routerReplacement)
+	cli.Object(cmd, func(cmd *cobra.Command, _ []string) error {
+		cli.Notice(cmd, routerLegacy, routerReplacement)
+		return a.run(cmd)
+	})
+	cmd.AddCommand(routerApplyCmd(), routerRemoveCmd())
+	return cmd
+}
+
+const (
+	routerLegacy      = "prio router --dev IF --rate R --policy FILE"
+	routerReplacement = "prio router apply --dev IF --rate R --config FILE"
+	routerApplyUse    = "prio router apply --dev IF --rate R --config FILE"
+)
+
+// routerApply is `prio router apply`'s flags and action.
+type routerApply struct{ dev, rate, file string }
+
+func (a *routerApply) flags(cmd *cobra.Command, legacy bool) {
+	f := cmd.Flags()
+	f.StringVar(&a.dev, "dev", "", "the bottleneck interface (its egress is shaped)")
+	f.StringVar(&a.rate, "rate", "", "the bottleneck's rate, e.g. 100mbit")
+	if legacy {
+		f.StringVar(&a.file, "policy", "", "router policy file (YAML)")
+		for _, n := range []string{"dev", "rate", "policy"} {
+			_ = f.MarkHidden(n)
+		}
+		return
+	}
+	cli.ConfigFlag(cmd, &a.file, "router policy file (YAML; docs/prio.md)", "", "")
+	cli.AliasFlag(cmd, "policy", "config", "prio router apply --policy FILE", "prio router apply --config FILE")
+}
+
+func (a *routerApply) run(cmd *cobra.Command) error {
+	if a.dev == "" || a.rate == "" || a.file == "" {
+		return cli.Usagef("%s needs --dev, --rate and --config; usage: %s", cmd.CommandPath(), routerApplyUse)
+	}
+	bps, err := units.ParseRate(a.rate)
+	if err != nil {
+		return cli.Usagef("--rate: %v", err)
+	}
+	p, err := LoadRouterPolicy(a.file)
+	if err != nil {
+		return cli.Usage(err)
+	}
+	// A device prio already shapes is refused (exit 2, "remove first"): the HTB tree cannot be
+	// swapped under live traffic yet.
+	if _, err := CheckDevice(a.dev); err != nil {
+		return cli.Usagef("--dev: %v", err)
+	}
+	if err := Router(a.dev, bps, p); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "prio router: applied scheme %s on %s at %s, %d band(s) × %d leaves\n", p.Scheme, a.dev, units.FormatRate(bps), p.Bands(), p.Leaves)
+	return nil
+}
+
+func routerApplyCmd() *cobra.Command {
+	var a routerApply
+	cmd := &cobra.Command{
+		Use:   "apply --dev IF --rate R --config FILE",
+		Short: "Shape a device and attach the classifier; a device already shaped is refused",
+		Args:  cli.ExactArgs(0),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return a.run(cmd) },
+	}
+	a.flags(cmd, false)
+	return cmd
+}
+
+func routerRemoveCmd() *cobra.Command {
+	var dev string
+	cmd := &cobra.Command{
+		Use:   "remove --dev IF",
+		Short: "Undo router apply on a device: no qdisc, program or pin left",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if dev == "" || rate == "" || policy == "" {
-				return cli.Usagef("prio router needs --dev, --rate and --policy; usage: %s", cmd.UseLine())
-			}
-			bps, err := units.ParseRate(rate)
-			if err != nil {
-				return cli.Usagef("--rate: %v", err)
-			}
-			p, err := LoadRouterPolicy(policy)
-			if err != nil {
-				return cli.Usage(err)
-			}
-			if _, err := CheckDevice(dev); err != nil {
-				return cli.Usagef("--dev: %v", err)
-			}
-			if err := Router(dev, bps, p); err != nil {
+			if err := cli.Require(cmd, "dev"); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "prio router on %s: %s at %s, %d band(s) × %d leaves\n", dev, p.Scheme, units.FormatRate(bps), p.Bands(), p.Leaves)
-			return nil
+			return removeRouter(cmd, dev)
 		},
 	}
-	cmd.Flags().StringVar(&dev, "dev", "", "the bottleneck interface (its egress is shaped)")
-	cmd.Flags().StringVar(&rate, "rate", "", "the bottleneck's rate, e.g. 100mbit")
-	cmd.Flags().StringVar(&policy, "policy", "", "router policy file (YAML)")
+	cmd.Flags().StringVar(&dev, "dev", "", "the shaped device")
 	return cmd
+}
+
+func removeRouter(cmd *cobra.Command, dev string) error {
+	if err := RemoveRouter(dev); errors.Is(err, os.ErrNotExist) {
+		return cli.Usagef("no prio router on %s in this network namespace", dev)
+	} else if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "prio router: removed from %s\n", dev)
+	return nil
 }
 
 func printStatus(w io.Writer, st *Status) {
@@ -153,34 +291,40 @@ func counterLine(c map[string]uint64, names []string) string {
 	return strings.Join(parts, " ")
 }
 
-func removeCmd() *cobra.Command {
+// legacyRemoveCmd is the old `prio remove [--dev IF] [--host NAME]`.
+func legacyRemoveCmd() *cobra.Command {
 	var dev, name string
 	cmd := &cobra.Command{
-		Use:   "remove [--dev IF] [--host NAME]",
-		Short: "undo prio router on a device and/or prio host: no qdisc, program or pin left",
-		Args:  cli.ExactArgs(0),
+		Use:    "remove [--dev IF] [--host NAME]",
+		Short:  "Deprecated: use prio router remove or prio host remove",
+		Hidden: true,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if dev != "" {
+				cli.Notice(cmd, "prio remove --dev IF", "prio router remove --dev IF")
+			}
+			if name != "" {
+				cli.Notice(cmd, "prio remove --host NAME", "prio host remove --name NAME")
+			}
+			return cli.ExactArgs(0)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dev == "" && name == "" {
-				return cli.Usagef("prio remove needs --dev IF (a router) or --host NAME (a host attachment)")
+				return cli.Usagef("prio remove needs --dev IF (a router) or --host NAME (a host attachment); use prio router remove or prio host remove")
 			}
 			if dev != "" {
-				if err := RemoveRouter(dev); errors.Is(err, os.ErrNotExist) {
-					return cli.Usagef("no prio router on %s in this network namespace", dev)
-				} else if err != nil {
+				if err := removeRouter(cmd, dev); err != nil {
 					return err
 				}
 			}
 			if name != "" {
-				if err := RemoveHost(name); errors.Is(err, os.ErrNotExist) {
-					return cli.Usagef("no prio host attachment %q", name)
-				} else if err != nil {
-					return err
-				}
+				return removeHost(cmd, name)
 			}
 			return nil
 		},
 	}
+	cli.Deprecates(cmd, "prio remove --dev IF", "prio router remove --dev IF")
+	cli.Deprecates(cmd, "prio remove --host NAME", "prio host remove --name NAME")
 	cmd.Flags().StringVar(&dev, "dev", "", "the router device")
-	cmd.Flags().StringVar(&name, "host", "", `the host attachment's name ("default" unless prio host had --name)`)
+	cmd.Flags().StringVar(&name, "host", "", "the host attachment's name")
 	return cmd
 }

@@ -31,6 +31,18 @@ type HostRecord struct {
 
 func hostPin(name string) []string { return []string{subsystem, "host-" + name} }
 
+// DefaultHost is the name of a host attachment when none is given.
+const DefaultHost = "default"
+
+// HostAttached says whether a host attachment called name exists (its pins or its record).
+func HostAttached(name string) bool {
+	if _, err := os.Stat(pin.Path(hostPin(name)...)); err == nil {
+		return true
+	}
+	_, err := os.Stat(runstate.Path(subsystem, "host-"+name))
+	return err == nil
+}
+
 // selectors expands a policy into the program's table: one entry per remote prefix × local
 // prefix × family, each with its port ranges and direction.
 func selectors(p *HostPolicy) ([]hostPrioSelector, error) {

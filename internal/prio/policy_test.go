@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/pin"
@@ -158,30 +159,30 @@ func TestRouterBadInputAppliesNothing(t *testing.T) {
 			args []string
 			want string
 		}{
-			{[]string{"--dev", dev.Name, "--rate", "0", "--policy", good}, "--rate: \"0\": a rate of 0 sends nothing"},
-			{[]string{"--dev", dev.Name, "--rate", "fast", "--policy", good}, "--rate"},
-			{[]string{"--dev", dev.Name, "--rate", "10mbit", "--policy", bad}, "bad.yaml:2: leaves"},
-			{[]string{"--dev", dev.Name, "--rate", "10mbit", "--policy", filepath.Join(dir, "none.yaml")}, "none.yaml"},
-			{[]string{"--dev", "fpnosuch0", "--rate", "10mbit", "--policy", good}, `interface "fpnosuch0": no such network interface`},
-			{[]string{"--dev", busy.Name, "--rate", "10mbit", "--policy", good}, "has a tbf root qdisc"},
-			{[]string{"--rate", "10mbit", "--policy", good}, "needs --dev"},
+			{[]string{"--dev", dev.Name, "--rate", "0", "--config", good}, "--rate: \"0\": a rate of 0 sends nothing"},
+			{[]string{"--dev", dev.Name, "--rate", "fast", "--config", good}, "--rate"},
+			{[]string{"--dev", dev.Name, "--rate", "10mbit", "--config", bad}, "bad.yaml:2: leaves"},
+			{[]string{"--dev", dev.Name, "--rate", "10mbit", "--config", filepath.Join(dir, "none.yaml")}, "none.yaml"},
+			{[]string{"--dev", "fpnosuch0", "--rate", "10mbit", "--config", good}, `interface "fpnosuch0": no such network interface`},
+			{[]string{"--dev", busy.Name, "--rate", "10mbit", "--config", good}, "has a tbf root qdisc"},
+			{[]string{"--rate", "10mbit", "--config", good}, "needs --dev"},
 		} {
-			_, err := runCLI(append([]string{"router"}, c.args...)...)
+			_, err := runCLI(append([]string{"router", "apply"}, c.args...)...)
 			if cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("prio router %v: exit %d, %v; want exit 2 with %q", c.args, cli.ExitCode(err), err, c.want)
+				t.Errorf("prio router apply %v: exit %d, %v; want exit 2 with %q", c.args, cli.ExitCode(err), err, c.want)
 			}
 		}
 		for _, c := range []struct {
 			args []string
 			want string
 		}{
-			{nil, "needs --dev IF (a router) or --host NAME"},
-			{[]string{"--host", "fpnosuch"}, `no prio host attachment "fpnosuch"`},
-			{[]string{"--dev", dev.Name}, "no prio router on " + dev.Name},
+			{[]string{"router", "remove"}, "needs --dev"},
+			{[]string{"host", "remove", "--name", "fpnosuch"}, `no prio host attachment "fpnosuch"`},
+			{[]string{"router", "remove", "--dev", dev.Name}, "no prio router on " + dev.Name},
 		} {
-			_, err := runCLI(append([]string{"remove"}, c.args...)...)
+			_, err := runCLI(c.args...)
 			if cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("prio remove %v: exit %d, %v; want exit 2 with %q", c.args, cli.ExitCode(err), err, c.want)
+				t.Errorf("prio %v: exit %d, %v; want exit 2 with %q", c.args, cli.ExitCode(err), err, c.want)
 			}
 		}
 		for _, d := range []string{dev.Name, busy.Name} {
@@ -198,12 +199,17 @@ func TestRouterBadInputAppliesNothing(t *testing.T) {
 			t.Errorf("pins left by rejected runs: %v", err)
 		}
 		// The same device twice: the second is refused, the first stays.
-		if _, err := runCLI("router", "--dev", dev.Name, "--rate", "10mbit", "--policy", good); err != nil {
+		if out, err := runCLI("router", "apply", "--dev", dev.Name, "--rate", "10mbit", "--config", good); err != nil {
 			return err
+		} else if want := "prio router: applied scheme fair on " + dev.Name + " at 10mbit"; !strings.HasPrefix(out, want) || strings.Count(out, "\n") != 1 {
+			t.Errorf("router apply printed %q, want one line %q…", out, want)
 		}
 		defer func() { _ = RemoveRouter(dev.Name) }()
-		if _, err := runCLI("router", "--dev", dev.Name, "--rate", "10mbit", "--policy", good); cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), "already carries a flowplane prio qdisc") {
+		if _, err := runCLI("router", "apply", "--dev", dev.Name, "--rate", "10mbit", "--config", good); cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), "already carries a flowplane prio qdisc; run `flowplane prio router remove --dev "+dev.Name+"` first") {
 			t.Errorf("a second router on %s: exit %d, %v", dev.Name, cli.ExitCode(err), err)
+		}
+		if out, err := runCLI("router", "remove", "--dev", dev.Name); err != nil || out != "prio router: removed from "+dev.Name+"\n" {
+			t.Errorf("router remove: %v, %q", err, out)
 		}
 		return nil
 	})
@@ -272,5 +278,28 @@ func TestRouterServiceTree(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", service, err)
 		}
+	}
+}
+
+// TestHostCLI: `prio host apply` says what it did in one line, and says "replaced" when an
+// attachment of the same name existed; remove says so too, and a second remove exits 2.
+func TestHostCLI(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	cg := testCgroup(t)
+	name := testenv.Name("host")
+	t.Cleanup(func() { _ = RemoveHost(name) })
+	for _, verb := range []string{"applied", "replaced"} {
+		out, err := runCLI("host", "apply", "--cgroup", cg, "--config", "../../examples/prio-host.yaml", "--name", name)
+		want := "prio host: " + verb + " \"" + name + "\" on " + cgroup.HostPath(cg) + ", 1 selector(s)"
+		if err != nil || !strings.HasPrefix(out, want) || strings.Count(out, "\n") != 1 {
+			t.Errorf("host apply: %v, %q; want one line %q…", err, out, want)
+		}
+	}
+	if out, err := runCLI("host", "remove", "--name", name); err != nil || out != "prio host: removed \""+name+"\"\n" {
+		t.Errorf("host remove: %v, %q", err, out)
+	}
+	if _, err := runCLI("host", "remove", "--name", name); cli.ExitCode(err) != 2 {
+		t.Errorf("second host remove: %v, want exit 2", err)
 	}
 }

@@ -63,7 +63,7 @@ func CheckDevice(dev string) (netlink.Link, error) {
 			continue
 		}
 		if a.Handle>>16 == Major && q.Type() == "htb" {
-			return nil, fmt.Errorf("%w: %s already carries a flowplane prio qdisc; run `flowplane prio remove --dev %s` first", ErrBusy, dev, dev)
+			return nil, fmt.Errorf("%w: %s already carries a flowplane prio qdisc; run `flowplane prio router remove --dev %s` first", ErrBusy, dev, dev)
 		}
 		if !replaceable[q.Type()] {
 			return nil, fmt.Errorf("%w: %s has a %s root qdisc (handle %x:) that prio would replace; remove it first (tc qdisc del dev %s root)", ErrBusy, dev, q.Type(), a.Handle>>16, dev)

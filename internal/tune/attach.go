@@ -91,6 +91,9 @@ func openPinned(name string) (*tuneMaps, error) {
 // ErrOtherCgroup is returned when a policy instance is re-applied to a different cgroup.
 var ErrOtherCgroup = errors.New("policy is applied to another cgroup")
 
+// ErrNotApplied is returned by Remove for a policy instance that is not applied.
+var ErrNotApplied = errors.New("not applied")
+
 // ApplyOptions say where and under which name a policy goes.
 type ApplyOptions struct {
 	Name   string // instance, DefaultName when empty
@@ -344,7 +347,7 @@ func Remove(name string) error {
 		return recErr
 	}
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) && recErr != nil {
-		return fmt.Errorf("no policy %q is applied", name)
+		return fmt.Errorf("policy %q: %w", name, ErrNotApplied)
 	}
 	if lnk, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); err == nil {
 		// BPF_LINK_DETACH detaches now, whoever else holds the link open (closing our fd

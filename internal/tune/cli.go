@@ -2,7 +2,6 @@ package tune
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,7 +30,8 @@ func Command() *cobra.Command {
 			"(SYN RTO, buffers, initial cwnd, cwnd clamp, congestion control, …). See docs/tune.md.",
 	}
 	cmd.PersistentFlags().StringVar(&name, "name", DefaultName, "policy instance (several can be applied to different cgroups)")
-	cmd.AddCommand(applyCmd(&name), runCmd(&name), explainCmd(&name), statusCmd(&name), removeCmd(&name))
+	cmd.AddCommand(applyCmd(&name), execCmd(&name), explainCmd(&name), statusCmd(&name), removeCmd(&name),
+		cli.Alias(execCmd(&name), "run [--cgroup PATH] -- CMD [ARG...]", "tune run", "tune exec"))
 	return cmd
 }
 
@@ -49,17 +49,19 @@ func loadPolicy(file string, k Kernel) (*Policy, []byte, error) {
 }
 
 func applyCmd(name *string) *cobra.Command {
-	var cgroupArg string
+	var file, cgroupArg string
 	cmd := &cobra.Command{
-		Use:   "apply POLICY",
-		Short: "Attach (or atomically replace) the policy in POLICY",
-		Args:  cli.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		Use:   "apply --config FILE [--cgroup PATH] [--name N]",
+		Short: "Attach the policy in a file, or atomically replace the applied one",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.Require(cmd, "config"); err != nil {
+				return err
+			}
 			k, err := HostKernel()
 			if err != nil {
 				return err
 			}
-			pol, data, err := loadPolicy(args[0], k)
+			pol, data, err := loadPolicy(file, k)
 			if err != nil {
 				return err
 			}
@@ -75,6 +77,10 @@ func applyCmd(name *string) *cobra.Command {
 			if err := rlimit.RemoveMemlock(); err != nil {
 				return fmt.Errorf("remove memlock limit: %w", err)
 			}
+			verb := "applied"
+			if _, err := LoadRecord(*name); err == nil {
+				verb = "replaced" // Apply swaps the tables of the attached program atomically
+			}
 			rec, err := Apply(pol, data, opt)
 			if errors.Is(err, ErrOtherCgroup) {
 				return cli.Usage(err)
@@ -82,20 +88,21 @@ func applyCmd(name *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "policy %s applied to cgroup %s (%d profiles, %d rules, generation %d); `flowplane tune run -- CMD` starts a tuned command\n",
-				rec.Name, cgroup.HostPath(rec.Cgroup), len(pol.Profiles), len(pol.Rules), rec.Generation)
+			fmt.Fprintf(cmd.OutOrStdout(), "tune: %s policy %s on cgroup %s (%d profiles, %d rules, from %s)\n",
+				verb, rec.Name, cgroup.HostPath(rec.Cgroup), len(pol.Profiles), len(pol.Rules), rec.File)
 			return nil
 		},
 	}
+	cli.ConfigFlag(cmd, &file, "policy file (YAML; docs/tune.md)", "tune apply POLICY", "tune apply --config FILE")
 	cmd.Flags().StringVar(&cgroupArg, "cgroup", "", "cgroup v2 to attach to (absolute or relative to the cgroup2 mount; default: create fptune)")
 	return cmd
 }
 
-func runCmd(name *string) *cobra.Command {
+func execCmd(name *string) *cobra.Command {
 	var cgroupArg string
 	cmd := &cobra.Command{
-		Use:   "run [--cgroup PATH] -- CMD [ARG…]",
-		Short: "Run a command inside the tuned cgroup",
+		Use:   "exec [--cgroup PATH] -- CMD [ARG...]",
+		Short: "Run a command inside the tuned cgroup, with the command's exit code",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return cli.Usagef("%s needs a command; usage: %s", cmd.CommandPath(), cmd.UseLine())
@@ -107,7 +114,7 @@ func runCmd(name *string) *cobra.Command {
 			if path == "" {
 				rec, err := LoadRecord(*name)
 				if errors.Is(err, os.ErrNotExist) {
-					return cli.Usagef("no policy %q is applied; run `flowplane tune apply POLICY` or give --cgroup", *name)
+					return cli.Usagef("no policy %q is applied; run `flowplane tune apply --config FILE` or give --cgroup", *name)
 				}
 				if err != nil {
 					return err
@@ -165,7 +172,7 @@ func explainCmd(name *string) *cobra.Command {
 	var local, policy string
 	var passive, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "explain REMOTE[:PORT] [--local ADDR[:PORT]] [--passive]",
+		Use:   "explain REMOTE[:PORT] [--local ADDR[:PORT]] [--passive] [--config FILE] [--json]",
 		Short: "Show which rule a connection matches and the exact values it gets",
 		Args:  cli.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -181,7 +188,7 @@ func explainCmd(name *string) *cobra.Command {
 			} else {
 				rec, err := LoadRecord(*name)
 				if errors.Is(err, os.ErrNotExist) {
-					return cli.Usagef("no policy %q is applied; give --policy FILE", *name)
+					return cli.Usagef("no policy %q is applied; give --config FILE", *name)
 				}
 				if err != nil {
 					return err
@@ -204,13 +211,11 @@ func explainCmd(name *string) *cobra.Command {
 			}
 			e := Explain(pol, f, k)
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
 				out := map[string]any{"rule": e.Index, "treated": e.Treated, "values": e.Values}
 				if e.Rule != nil {
 					out["rule_name"], out["profile"] = e.Rule.Name, e.Rule.Profile
 				}
-				return enc.Encode(out)
+				return cli.WriteJSON(cmd.OutOrStdout(), out)
 			}
 			e.Print(cmd.OutOrStdout(), f.LocalPort != 0)
 			return nil
@@ -218,7 +223,8 @@ func explainCmd(name *string) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&local, "local", "", "local address[:port] of the connection")
 	cmd.Flags().BoolVar(&passive, "passive", false, "the connection is accepted, not initiated")
-	cmd.Flags().StringVar(&policy, "policy", "", "explain against this file instead of the applied policy")
+	cli.ConfigFlag(cmd, &policy, "explain against this policy file instead of the applied policy", "", "")
+	cli.AliasFlag(cmd, "policy", "config", "tune explain --policy FILE", "tune explain --config FILE")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
@@ -241,7 +247,11 @@ func statusCmd(name *string) *cobra.Command {
 		if err != nil {
 			return nil, err
 		}
-		return ReadStatus(*name, k)
+		st, err := ReadStatus(*name, k)
+		if errors.Is(err, ErrNotApplied) {
+			return nil, cli.Usage(err)
+		}
+		return st, err
 	}, printStatus)
 }
 
@@ -288,14 +298,16 @@ func printStatus(out io.Writer, st *Status) {
 
 func removeCmd(name *string) *cobra.Command {
 	return &cobra.Command{
-		Use:   "remove",
+		Use:   "remove [--name N]",
 		Short: "Detach the policy and remove what apply created",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := Remove(*name); err != nil {
+			if err := Remove(*name); errors.Is(err, ErrNotApplied) {
+				return cli.Usage(err)
+			} else if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "policy %s removed\n", *name)
+			fmt.Fprintf(cmd.OutOrStdout(), "tune: removed policy %s\n", *name)
 			return nil
 		},
 	}

@@ -44,7 +44,7 @@ func TestApplyBadInputAttachesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := testenv.Name("tune")
-	_, err := runCLI("--name", name, "apply", file)
+	_, err := runCLI("--name", name, "apply", "--config", file)
 	if cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), "bad.yaml:3: profiles.a.cwnd_clamp") {
 		t.Fatalf("apply bad policy: exit %d, %v", cli.ExitCode(err), err)
 	}
@@ -76,12 +76,14 @@ func TestCLIUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"apply"}, "takes 1 argument"},
-		{[]string{"apply", "/nonexistent.yaml"}, "no such file"},
-		{[]string{"apply", good, "--cgroup", root}, "is the root cgroup"},
-		{[]string{"apply", good, "--cgroup", "/tmp"}, "not on a cgroup v2 file system"},
-		{[]string{"explain", "not-an-address", "--policy", good}, "REMOTE"},
-		{[]string{"run"}, "needs a command"},
+		{[]string{"apply"}, "needs --config"},
+		{[]string{"apply", "--config", "/nonexistent.yaml"}, "no such file"},
+		{[]string{"apply", "--config", good, "--cgroup", root}, "is the root cgroup"},
+		{[]string{"apply", "--config", good, "--cgroup", "/tmp"}, "not on a cgroup v2 file system"},
+		{[]string{"explain", "not-an-address", "--config", good}, "REMOTE"},
+		{[]string{"exec"}, "needs a command"},
+		{[]string{"--name", "fpnosuchpolicy", "remove"}, `policy "fpnosuchpolicy": not applied`},
+		{[]string{"--name", "fpnosuchpolicy", "status"}, `policy "fpnosuchpolicy": not applied`},
 	} {
 		_, err := runCLI(tc.args...)
 		if cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
@@ -94,7 +96,7 @@ func TestExplainCLI(t *testing.T) {
 	if _, err := HostKernel(); err != nil {
 		testenv.Unavailable(t, "%v", err)
 	}
-	out, err := runCLI("explain", "198.18.1.2:443", "--policy", "../../examples/tune-dc.yaml")
+	out, err := runCLI("explain", "198.18.1.2:443", "--config", "../../examples/tune-dc.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,14 +105,14 @@ func TestExplainCLI(t *testing.T) {
 			t.Errorf("explain output lacks %q:\n%s", want, out)
 		}
 	}
-	out, err = runCLI("explain", "192.0.2.1:8080", "--policy", "../../examples/tune-dc.yaml", "--passive")
+	out, err = runCLI("explain", "192.0.2.1:8080", "--config", "../../examples/tune-dc.yaml", "--passive")
 	if err != nil || !strings.Contains(out, "no rule matches") {
 		t.Errorf("passive to 8080: %v\n%s", err, out)
 	}
 }
 
 // TestRemoveMovesProcesses: remove takes down the cgroup apply created even while a process
-// started in it (`tune run`) still runs: the process is moved to the parent cgroup first.
+// started in it (`tune exec`) still runs: the process is moved to the parent cgroup first.
 func TestRemoveMovesProcesses(t *testing.T) {
 	testenv.Privileged(t)
 	root, err := cgroup.Mount()
@@ -122,10 +124,14 @@ func TestRemoveMovesProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := testenv.Name("tune")
-	if out, err := runCLI("--name", name, "apply", good); err != nil {
+	if out, err := runCLI("--name", name, "apply", "--config", good); err != nil || !strings.HasPrefix(out, "tune: applied policy "+name+" on cgroup ") || strings.Count(out, "\n") != 1 {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
 	t.Cleanup(func() { _ = Remove(name) }) // in case the test fails before its own remove
+	// Applying again swaps the policy atomically, and says so.
+	if out, err := runCLI("--name", name, "apply", "--config", good); err != nil || !strings.HasPrefix(out, "tune: replaced policy "+name+" on cgroup ") {
+		t.Errorf("second apply: %v\n%s", err, out)
+	}
 	cg := filepath.Join(root, "fptune-"+name)
 	sleep := exec.Command("sleep", "60")
 	fd, err := cgroup.Into(sleep, cg)
@@ -137,7 +143,7 @@ func TestRemoveMovesProcesses(t *testing.T) {
 	}
 	fd.Close()
 	t.Cleanup(func() { _ = sleep.Process.Kill(); _ = sleep.Wait() })
-	if out, err := runCLI("--name", name, "remove"); err != nil {
+	if out, err := runCLI("--name", name, "remove"); err != nil || out != "tune: removed policy "+name+"\n" {
 		t.Fatalf("remove with a process in the cgroup: %v\n%s", err, out)
 	}
 	if _, err := os.Stat(cg); !errors.Is(err, os.ErrNotExist) {
@@ -152,7 +158,7 @@ func TestRemoveMovesProcesses(t *testing.T) {
 	}
 }
 
-// TestRunInStopsOnCancel: `tune run` passes flowplane's SIGINT/SIGTERM (its context ending) on
+// TestRunInStopsOnCancel: `tune exec` passes flowplane's SIGINT/SIGTERM (its context ending) on
 // to the command as SIGTERM and returns once the command has ended.
 func TestRunInStopsOnCancel(t *testing.T) {
 	t.Parallel()

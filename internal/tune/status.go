@@ -101,7 +101,7 @@ func ReadStatus(name string, k Kernel) (*Status, error) {
 	}
 	rec, err := LoadRecord(name)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("no policy %q is applied", name)
+		return nil, fmt.Errorf("policy %q: %w", name, ErrNotApplied)
 	}
 	if err != nil {
 		return nil, err

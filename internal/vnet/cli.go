@@ -16,6 +16,7 @@ import (
 )
 
 type cliFlags struct {
+	file     string
 	basePort int
 	cc       string
 	noSACK   bool
@@ -68,13 +69,21 @@ func (f *cliFlags) options() (Options, error) {
 }
 
 // load reads the flags and the topology file every subcommand starts from.
-func (f *cliFlags) load(cmd *cobra.Command, file string) (Options, *topo.Topology, error) {
+func (f *cliFlags) load(cmd *cobra.Command) (Options, *topo.Topology, error) {
+	if err := cli.Require(cmd, "config"); err != nil {
+		return Options{}, nil, err
+	}
 	opts, err := f.options()
 	if err != nil {
 		return Options{}, nil, err
 	}
-	t, err := loadTopo(file)
+	t, err := loadTopo(f.file)
 	return opts, t, err
+}
+
+// configFlag adds --config FILE, and the deprecated positional FILE of the verb.
+func (f *cliFlags) configFlag(cmd *cobra.Command, verb string) {
+	cli.ConfigFlag(cmd, &f.file, "topology file (YAML; docs/vnet.md)", "vnet "+verb+" FILE", "vnet "+verb+" --config FILE")
 }
 
 func loadTopo(path string) (*topo.Topology, error) {
@@ -105,11 +114,10 @@ func Command() *cobra.Command {
 func upCommand() *cobra.Command {
 	var f cliFlags
 	cmd := &cobra.Command{
-		Use:   "up FILE",
+		Use:   "up --config FILE",
 		Short: "Run the whole topology in this process with a command shell on stdin",
-		Args:  cli.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, t, err := f.load(cmd, args[0])
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts, t, err := f.load(cmd)
 			if err != nil {
 				return err
 			}
@@ -123,6 +131,7 @@ func upCommand() *cobra.Command {
 		},
 	}
 	f.register(cmd)
+	f.configFlag(cmd, "up")
 	return cmd
 }
 
@@ -130,14 +139,13 @@ func nodeCommand() *cobra.Command {
 	var f cliFlags
 	var name string
 	cmd := &cobra.Command{
-		Use:   "node FILE --name NODE",
-		Short: "Run one node of the topology (its neighbours run in other processes)",
-		Args:  cli.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		Use:   "node --config FILE --name NODE",
+		Short: "Run one node of the topology; its neighbours run in other processes",
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			if name == "" {
-				return cli.Usage(errors.New("--name is required: the node of the topology to run"))
+				return cli.Usagef("--name is required: the node of the topology to run; usage: %s", cmd.UseLine())
 			}
-			opts, t, err := f.load(cmd, args[0])
+			opts, t, err := f.load(cmd)
 			if err != nil {
 				return err
 			}
@@ -151,6 +159,7 @@ func nodeCommand() *cobra.Command {
 		},
 	}
 	f.register(cmd)
+	f.configFlag(cmd, "node")
 	cmd.Flags().StringVar(&name, "name", "", "node to run")
 	return cmd
 }
@@ -161,15 +170,14 @@ func execCommand() *cobra.Command {
 	var script string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "exec FILE [-c COMMAND]... [--script FILE]",
+		Use:   "exec --config FILE [-c CMD]... [--script F]",
 		Short: "Run the topology, wait for routing, run commands non-interactively, and exit",
 		Long: "exec starts the whole network in this process, waits until RIP has converged, then runs each -c " +
 			"command (or the lines of --script, or of stdin when neither is given) in order. Commands are those " +
 			"of the shell (type help in vnet up); prefix one with a node name to pick the node. The first " +
 			"failing command stops the run with an error.",
-		Args: cli.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, t, err := f.load(cmd, args[0])
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts, t, err := f.load(cmd)
 			if err != nil {
 				return err
 			}
@@ -211,6 +219,7 @@ func execCommand() *cobra.Command {
 		},
 	}
 	f.register(cmd)
+	f.configFlag(cmd, "exec")
 	cmd.Flags().StringArrayVarP(&cmds, "command", "c", nil, "command to run (repeatable)")
 	cmd.Flags().StringVar(&script, "script", "", "file of commands, one a line")
 	cmd.Flags().DurationVar(&timeout, "timeout", 30*time.Second, "limit for routing to converge and for each blocking command")

@@ -28,7 +28,7 @@ func TestExecScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	pcap := filepath.Join(dir, "h1.pcapng")
-	out, err := runCLI(t, "exec", "testdata/line.yaml",
+	out, err := runCLI(t, "exec", "--config", "testdata/line.yaml",
 		"-c", "h1 capture eth0 "+pcap,
 		"-c", "h1 ping 198.18.2.2 2",
 		"-c", "h1 traceroute 198.18.2.2",
@@ -73,18 +73,18 @@ func TestCLIUsageErrors(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	_ = os.WriteFile(bad, []byte("name: bad\nnodes: {a: {}}\nlinks: [{endpoints: [a, zz]}]\n"), 0o644)
 	for _, args := range [][]string{
-		{"exec", bad, "-c", "help"},
-		{"exec", "testdata/nonexistent.yaml"},
-		{"exec", "testdata/line.yaml", "-c", "frobnicate"},
-		{"exec", "testdata/line.yaml", "-c", "h1 ping not-an-address"},
-		{"exec", "testdata/line.yaml", "--cc", "vegas", "-c", "help"},
-		{"node", "testdata/line.yaml", "--name", "nosuch"},
-		{"node", "testdata/line.yaml"},
+		{"exec", "--config", bad, "-c", "help"},
+		{"exec", "--config", "testdata/nonexistent.yaml"},
+		{"exec", "--config", "testdata/line.yaml", "-c", "frobnicate"},
+		{"exec", "--config", "testdata/line.yaml", "-c", "h1 ping not-an-address"},
+		{"exec", "--config", "testdata/line.yaml", "--cc", "vegas", "-c", "help"},
+		{"node", "--config", "testdata/line.yaml", "--name", "nosuch"},
+		{"node", "--config", "testdata/line.yaml"},
 		{"up"},
-		{"exec", "testdata/line.yaml", "--no-such-flag"},
-		{"exec", "testdata/line.yaml", "--tap", "nonsense", "-c", "help"},
-		{"exec", "testdata/line.yaml", "--tap", "r1=fpnosuchns0", "-c", "help"},
-		{"exec", "testdata/line.yaml", "--tap", "zz=fpnosuchns0", "-c", "help"},
+		{"exec", "--config", "testdata/line.yaml", "--no-such-flag"},
+		{"exec", "--config", "testdata/line.yaml", "--tap", "nonsense", "-c", "help"},
+		{"exec", "--config", "testdata/line.yaml", "--tap", "r1=fpnosuchns0", "-c", "help"},
+		{"exec", "--config", "testdata/line.yaml", "--tap", "zz=fpnosuchns0", "-c", "help"},
 	} {
 		out, err := runCLI(t, args...)
 		var ue *cli.UsageError
@@ -92,7 +92,7 @@ func TestCLIUsageErrors(t *testing.T) {
 			t.Fatalf("%v: want a UsageError, got %v\n%s", args, err, out)
 		}
 	}
-	_, err := runCLI(t, "exec", bad, "-c", "help")
+	_, err := runCLI(t, "exec", "--config", bad, "-c", "help")
 	if !strings.Contains(err.Error(), "bad.yaml:3") || !strings.Contains(err.Error(), "unknown node") {
 		t.Fatalf("topology error lacks file, line and reason: %v", err)
 	}
@@ -114,7 +114,7 @@ func runCLIIn(t *testing.T, stdin string, args ...string) (string, error) {
 
 func TestUpAndNodeShells(t *testing.T) {
 	t.Parallel()
-	out, err := runCLIIn(t, "converge\nh1 ping 198.18.2.2 1\nnode r1\nroutes\nbogus\nquit\n", "up", "testdata/line.yaml", "--base-port", "-1")
+	out, err := runCLIIn(t, "converge\nh1 ping 198.18.2.2 1\nnode r1\nroutes\nbogus\nquit\n", "up", "--config", "testdata/line.yaml", "--base-port", "-1")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -123,7 +123,7 @@ func TestUpAndNodeShells(t *testing.T) {
 			t.Fatalf("up output lacks %q:\n%s", want, out)
 		}
 	}
-	out, err = runCLIIn(t, "interfaces\nstats\nquit\n", "node", "testdata/line.yaml", "--name", "r1", "--base-port", fmt.Sprint(40000+rand.IntN(5000)*4))
+	out, err = runCLIIn(t, "interfaces\nstats\nquit\n", "node", "--config", "testdata/line.yaml", "--name", "r1", "--base-port", fmt.Sprint(40000+rand.IntN(5000)*4))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -23,7 +23,7 @@ func TestExamplesLoad(t *testing.T) {
 
 func TestExampleRingReroutes(t *testing.T) {
 	t.Parallel()
-	out, err := runCLI(t, "exec", "../../examples/vnet-ring.yaml",
+	out, err := runCLI(t, "exec", "--config", "../../examples/vnet-ring.yaml",
 		"-c", "h1 ping 198.18.11.2 3", "-c", "link 3 down", "-c", "sleep 1s", "-c", "h1 ping 198.18.11.2 3", "-c", "h1 traceroute 198.18.11.2")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
