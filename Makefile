@@ -26,8 +26,16 @@ $(VMLINUX):
 
 generate: .gen.stamp ## compile the BPF programs and their Go bindings
 
+# The version, commit and commit date `flowplane version` prints (docs/release.md): from git.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+DATE ?= $(shell TZ=UTC0 git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
+LDFLAGS := -X github.com/flowplane/flowplane/internal/version.Version=$(VERSION) \
+	-X github.com/flowplane/flowplane/internal/version.Commit=$(COMMIT) \
+	-X github.com/flowplane/flowplane/internal/version.Date=$(DATE)
+
 build: .gen.stamp ## build bin/flowplane
-	$(GO) build -o $(BIN) ./cmd/flowplane
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/flowplane
 
 test: setup build ## run every test, privileged ones included (needs root)
 	$(GO) vet ./...

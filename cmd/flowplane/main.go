@@ -14,9 +14,11 @@ import (
 	"github.com/flowplane/flowplane/internal/altmark"
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/conntrack"
+	"github.com/flowplane/flowplane/internal/hostcheck"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/prio"
 	"github.com/flowplane/flowplane/internal/tune"
+	"github.com/flowplane/flowplane/internal/version"
 	"github.com/flowplane/flowplane/internal/vnet"
 )
 
@@ -44,5 +46,6 @@ func run(ctx context.Context, args []string) error {
 // newRoot is the whole command tree (docs/cli.md; grammar_test.go checks it).
 func newRoot() *cobra.Command {
 	return cli.Root("flowplane", "Track, tune, prioritize and measure network flows",
-		lab.Command(), conntrack.Command(), tune.Command(), vnet.Command(), prio.Command(), altmark.Command())
+		lab.Command(), conntrack.Command(), tune.Command(), vnet.Command(), prio.Command(), altmark.Command(),
+		version.Command(), hostcheck.Command(altmark.FindAnalytics))
 }

@@ -30,7 +30,7 @@ func analyzeCommand() *cobra.Command {
 			"collect, clusters, loss, delay, paths, report, synth. `analyze --help` shows its help.",
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			exe, err := findAnalytics(os.Getenv, os.Executable, os.Getwd)
+			exe, err := FindAnalytics()
 			if err != nil {
 				return cli.Usage(err)
 			}
@@ -38,6 +38,10 @@ func analyzeCommand() *cobra.Command {
 		},
 	}
 }
+
+// FindAnalytics is where `altmark analyze` finds the analytics' console script (flowplane check
+// reports it).
+func FindAnalytics() (string, error) { return findAnalytics(os.Getenv, os.Executable, os.Getwd) }
 
 // findAnalytics looks for the console script: $FLOWPLANE_ANALYTICS, then analytics/.venv/bin
 // in the directory of the binary or any directory above it (bin/flowplane in a checkout), then

@@ -13,26 +13,16 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/cli"
+	"github.com/flowplane/flowplane/internal/netdev"
 	"github.com/flowplane/flowplane/internal/nsrun"
 )
 
 // HookAuto chooses per interface: XDP where the interface can take part in XDP forwarding at
 // full speed, tc elsewhere (docs/conntrack.md, "Choosing the hook").
 const HookAuto = "auto"
-
-// The netdev generic netlink family (include/uapi/linux/netdev.h, Linux ≥ 6.3).
-const (
-	netdevCmdDevGet       = 1 // NETDEV_CMD_DEV_GET
-	netdevADevIfindex     = 1 // NETDEV_A_DEV_IFINDEX
-	netdevADevXDPFeatures = 3 // NETDEV_A_DEV_XDP_FEATURES
-
-	xdpActBasic   = 1 << 0 // NETDEV_XDP_ACT_BASIC: native (driver) XDP
-	xdpActNdoXmit = 1 << 2 // NETDEV_XDP_ACT_NDO_XMIT: can transmit what XDP redirects into it
-)
 
 // ifaceCheck is what run finds out about an interface before choosing its hook.
 type ifaceCheck struct {
@@ -91,13 +81,13 @@ func checkInterface(ifc *net.Interface) (ifaceCheck, error) {
 		return c, fmt.Errorf("interface %q: %w", ifc.Name, err)
 	}
 	c.Kind = l.Type()
-	feat, err := xdpFeatures(ifc.Index)
+	feat, err := netdev.ReadXDPFeatures(ifc.Index)
 	switch {
 	case err == nil:
 		c.FeaturesKnown = true
-		c.NativeXDP = feat&xdpActBasic != 0
-		c.Receive = feat&xdpActNdoXmit != 0
-	case errors.Is(err, errNoNetdevFamily):
+		c.NativeXDP = feat.Native()
+		c.Receive = feat.Redirect()
+	case errors.Is(err, netdev.ErrNoFamily):
 	default:
 		return c, fmt.Errorf("interface %q: %w", ifc.Name, err)
 	}
@@ -132,42 +122,6 @@ func checkInterface(ifc *net.Interface) (ifaceCheck, error) {
 	}
 	c.Peer += " (" + where + ")"
 	return c, nil
-}
-
-var errNoNetdevFamily = errors.New("no netdev generic netlink family")
-
-// xdpFeatures asks the netdev generic netlink family for a device's NETDEV_A_DEV_XDP_FEATURES,
-// as `ynl --family netdev --do dev-get` does. On veth the kernel sets NDO_XMIT exactly when
-// the peer has GRO or an XDP program (veth_set_xdp_features), so this is readable even when
-// the peer is in a namespace we cannot see.
-func xdpFeatures(ifindex int) (uint64, error) {
-	fam, err := netlink.GenlFamilyGet("netdev")
-	if err != nil {
-		return 0, errNoNetdevFamily
-	}
-	req := nl.NewNetlinkRequest(int(fam.ID), unix.NLM_F_REQUEST)
-	// The header is written by hand: nl.Genlmsg serialises its reserved bytes from beyond the
-	// struct (garbage), which the kernel's strict validation refuses with EINVAL.
-	req.RawData = append([]byte{netdevCmdDevGet, 1, 0, 0}, nl.NewRtAttr(netdevADevIfindex, nl.Uint32Attr(uint32(ifindex))).Serialize()...)
-	msgs, err := req.Execute(unix.NETLINK_GENERIC, 0)
-	if err != nil {
-		return 0, fmt.Errorf("netdev dev-get: %w", err)
-	}
-	for _, m := range msgs {
-		if len(m) < nl.SizeofGenlmsg {
-			continue
-		}
-		attrs, err := nl.ParseRouteAttr(m[nl.SizeofGenlmsg:])
-		if err != nil {
-			return 0, fmt.Errorf("netdev dev-get: %w", err)
-		}
-		for _, a := range attrs {
-			if a.Attr.Type == netdevADevXDPFeatures && len(a.Value) >= 8 {
-				return *(*uint64)(unsafe.Pointer(&a.Value[0])), nil
-			}
-		}
-	}
-	return 0, errNoNetdevFamily
 }
 
 // txCsum reports whether ifname computes any TCP/UDP checksum by offload (ETHTOOL_GTXCSUM,
