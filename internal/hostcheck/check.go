@@ -180,7 +180,9 @@ Exit code 0: every subsystem works (some perhaps with limits); 1: at least one c
 // cannotError makes the process exit with ExitCannot; the report has said why.
 type cannotError struct{}
 
-func (*cannotError) Error() string { return "check: some subsystems cannot work on this host (see above)" }
+func (*cannotError) Error() string {
+	return "check: some subsystems cannot work on this host (see above)"
+}
 func (*cannotError) ExitCode() int { return ExitCannot }
 
 func (r Report) print(w io.Writer) {
