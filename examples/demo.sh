@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export FLOWPLANE="$PWD/bin/flowplane" LAB=demo
+# `altmark analyze` runs flowplane-analytics from $FLOWPLANE_ANALYTICS or PATH: here, the one
+# make setup installed in this checkout.
+export FLOWPLANE_ANALYTICS="${FLOWPLANE_ANALYTICS:-$PWD/analytics/.venv/bin/flowplane-analytics}"
 
 if "$FLOWPLANE" lab list | awk 'NR > 1 {print $1}' | grep -qx "$LAB"; then
 	echo "demo: a lab called $LAB is running; remove it with: $FLOWPLANE lab down $LAB" >&2

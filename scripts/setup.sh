@@ -31,11 +31,12 @@ if ! command -v go >/dev/null; then
 fi
 go mod download
 
-# analytics/: a venv with the package and its pinned dependencies, reinstalled only when
-# analytics/pyproject.toml changes (the stamp holds its hash).
+# analytics/: a venv with the package (editable, with Spark and the dev tools) and the tested
+# set of dependencies (analytics/constraints.txt), reinstalled only when pyproject.toml or the
+# constraints change (the stamp holds their hash).
 venv=analytics/.venv
 stamp=$venv/.installed
-want=$(sha256sum analytics/pyproject.toml | cut -d' ' -f1)
+want=$(cat analytics/pyproject.toml analytics/constraints.txt | sha256sum | cut -d' ' -f1)
 if [[ ! -x $venv/bin/python ]]; then
 	echo "setup: creating $venv"
 	python3 -m venv "$venv"
@@ -43,6 +44,6 @@ fi
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
 	echo "setup: installing analytics into $venv (pip)"
 	"$venv/bin/python" -m pip install -q --upgrade pip
-	"$venv/bin/python" -m pip install -q -e 'analytics[dev]'
+	"$venv/bin/python" -m pip install -q -c analytics/constraints.txt -e 'analytics[dev,spark]'
 	echo "$want" >"$stamp"
 fi

@@ -479,6 +479,19 @@ def test_spark_without_java(ds):
     bad_input(code, err, "JAVA_HOME=/nonexistent has no bin/java")
 
 
+def test_spark_without_pyspark(ds, capsys, monkeypatch):
+    """Installed without the [spark] extra: exit 2 with the pip command, before anything else."""
+    from flowplane_analytics import engine
+
+    real = engine.importlib.util.find_spec
+    monkeypatch.setattr(
+        engine.importlib.util, "find_spec", lambda n, *a: None if n == "pyspark" else real(n, *a)
+    )
+    monkeypatch.setattr(engine, "_spark_session", None)
+    code, _, err = run(["loss", "-d", ds, "-t", TOPO, "--engine", "spark"], capsys)
+    bad_input(code, err, "pip install 'flowplane-analytics[spark]'")
+
+
 def test_internal_error_is_one_line(ds, capsys, monkeypatch):
     """An unexpected exception: one line and exit 1; the traceback only when asked for."""
     from flowplane_analytics import engine

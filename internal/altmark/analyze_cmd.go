@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/spf13/cobra"
 )
 
-// analyticsScript is the console script of the Python package analytics/ (make setup installs
-// it into analytics/.venv).
+// analyticsScript is the console script of the Python package flowplane-analytics (analytics/;
+// make setup installs it into analytics/.venv/bin).
 const analyticsScript = "flowplane-analytics"
 
 // analyticsEnv names the script explicitly, overriding the search.
@@ -26,8 +25,8 @@ func analyzeCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "analyze COMMAND [ARGS...]",
 		Short: "Clusters, loss, delay and reports from period records (runs flowplane-analytics)",
-		Long: "Runs the analytics package (analytics/, Python) installed by `make setup`: " +
-			"collect, clusters, loss, delay, paths, report, synth. `analyze --help` shows its help.",
+		Long: "Runs flowplane-analytics (the Python package; $" + analyticsEnv + ", else PATH): " +
+			"collect, compact, clusters, loss, delay, paths, report, synth. `analyze --help` shows its help.",
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			exe, err := FindAnalytics()
@@ -41,45 +40,23 @@ func analyzeCommand() *cobra.Command {
 
 // FindAnalytics is where `altmark analyze` finds the analytics' console script (flowplane check
 // reports it).
-func FindAnalytics() (string, error) { return findAnalytics(os.Getenv, os.Executable, os.Getwd) }
+func FindAnalytics() (string, error) { return findAnalytics(os.Getenv, exec.LookPath) }
 
-// findAnalytics looks for the console script: $FLOWPLANE_ANALYTICS, then analytics/.venv/bin
-// in the directory of the binary or any directory above it (bin/flowplane in a checkout), then
-// the same above the working directory, then PATH.
-func findAnalytics(getenv func(string) string, executable func() (string, error), getwd func() (string, error)) (string, error) {
+// findAnalytics looks for the console script: $FLOWPLANE_ANALYTICS, then PATH; never in a
+// checkout, so an installed binary runs the analytics that are installed.
+func findAnalytics(getenv func(string) string, lookPath func(string) (string, error)) (string, error) {
 	if p := getenv(analyticsEnv); p != "" {
 		if isExecutable(p) {
 			return p, nil
 		}
 		return "", fmt.Errorf("$%s=%s is not an executable file", analyticsEnv, p)
 	}
-	var starts []string
-	if exe, err := executable(); err == nil {
-		if real, err := filepath.EvalSymlinks(exe); err == nil {
-			exe = real
-		}
-		starts = append(starts, filepath.Dir(exe))
-	}
-	if wd, err := getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	for _, dir := range starts {
-		for d := dir; ; d = filepath.Dir(d) {
-			p := filepath.Join(d, "analytics", ".venv", "bin", analyticsScript)
-			if isExecutable(p) {
-				return p, nil
-			}
-			if filepath.Dir(d) == d {
-				break
-			}
-		}
-	}
-	if p, err := exec.LookPath(analyticsScript); err == nil {
+	if p, err := lookPath(analyticsScript); err == nil {
 		return p, nil
 	}
-	return "", errors.New("altmark analyze: the analytics package is not installed " +
-		"(no analytics/.venv/bin/flowplane-analytics near the binary or the working directory, " +
-		"none on PATH): run `make setup` in the flowplane checkout, or set $" + analyticsEnv)
+	return "", errors.New("altmark analyze: flowplane-analytics is not installed (not on PATH, $" + analyticsEnv + " unset): " +
+		"pip install flowplane-analytics (with Spark: pip install 'flowplane-analytics[spark]'), or set $" + analyticsEnv +
+		" to its path; in a flowplane checkout `make setup` installs it in analytics/.venv/bin")
 }
 
 func isExecutable(p string) bool {

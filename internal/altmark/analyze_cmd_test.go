@@ -23,27 +23,29 @@ func fakeScript(t *testing.T, dir, body string) string {
 	return p
 }
 
-func TestFindAnalyticsNearBinary(t *testing.T) {
+// $FLOWPLANE_ANALYTICS first, then PATH; a checkout's venv is not searched.
+func TestFindAnalyticsEnvThenPath(t *testing.T) {
 	t.Parallel()
-	repo := t.TempDir()
-	want := fakeScript(t, repo, "exit 0")
-	bin := filepath.Join(repo, "bin", "flowplane")
-	got, err := findAnalytics(func(string) string { return "" },
-		func() (string, error) { return bin, nil },
-		func() (string, error) { return "/", nil })
+	dir := t.TempDir()
+	want := fakeScript(t, dir, "exit 0")
+	got, err := findAnalytics(func(string) string { return want }, func(string) (string, error) { return "/elsewhere", nil })
 	if err != nil || got != want {
-		t.Fatalf("findAnalytics = %q, %v; want %q", got, err, want)
+		t.Errorf("with $%s: %q, %v; want %q", analyticsEnv, got, err, want)
+	}
+	got, err = findAnalytics(func(string) string { return "" }, func(string) (string, error) { return want, nil })
+	if err != nil || got != want {
+		t.Errorf("from PATH: %q, %v; want %q", got, err, want)
+	}
+	if _, err := findAnalytics(func(string) string { return dir }, nil); err == nil {
+		t.Error("a directory in $" + analyticsEnv + " was taken for the script")
 	}
 }
 
 func TestFindAnalyticsMissingIsUsageError(t *testing.T) {
-	t.Setenv("PATH", t.TempDir())
-	empty := t.TempDir()
-	_, err := findAnalytics(func(string) string { return "" },
-		func() (string, error) { return filepath.Join(empty, "flowplane"), nil },
-		func() (string, error) { return empty, nil })
-	if err == nil || !strings.Contains(err.Error(), "make setup") {
-		t.Fatalf("err = %v, want a message saying to run make setup", err)
+	t.Parallel()
+	_, err := findAnalytics(func(string) string { return "" }, func(string) (string, error) { return "", exec.ErrNotFound })
+	if err == nil || !strings.Contains(err.Error(), "pip install flowplane-analytics") {
+		t.Fatalf("err = %v, want the pip command", err)
 	}
 	if code := cli.ExitCode(cli.Usage(err)); code != 2 {
 		t.Fatalf("exit code %d, want 2", code)
@@ -68,14 +70,14 @@ func TestAnalyzePassesArgsAndExitCode(t *testing.T) {
 	}
 }
 
-// TestAnalyzeRunsRealPackage runs the package make setup installed (found above the test's
-// working directory, internal/altmark) on the RFC-style example graph.
+// TestAnalyzeRunsRealPackage runs the package make setup installed in this checkout, found
+// through $FLOWPLANE_ANALYTICS as a user of a checkout would point at it, on the RFC-style
+// example graph.
 func TestAnalyzeRunsRealPackage(t *testing.T) {
-	t.Parallel()
-	exe, err := findAnalytics(func(string) string { return "" },
-		func() (string, error) { return "", errors.New("none") }, os.Getwd)
+	t.Setenv(analyticsEnv, analyticsScriptPath(t))
+	exe, err := FindAnalytics()
 	if err != nil {
-		t.Fatalf("%v (make test runs make setup first)", err)
+		t.Fatal(err)
 	}
 	out, err := exec.Command(exe, "clusters", "../../analytics/tests/data/rfc_example.yaml", "--format", "csv").CombinedOutput()
 	if err != nil {

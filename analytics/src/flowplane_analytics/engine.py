@@ -3,6 +3,7 @@ the dataset read the same way on either."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -117,6 +118,11 @@ def spark_session(
     global _spark_session
     if _spark_session is not None:
         return _spark_session
+    if importlib.util.find_spec("pyspark") is None:
+        raise EngineError(
+            "--engine spark needs pyspark: pip install 'flowplane-analytics[spark]' "
+            "(and Java 17 or newer), or use --engine duckdb"
+        )
     submitted = master is None and bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
     if not submitted:
         if master is None and os.environ.get("SPARK_MASTER"):
@@ -197,9 +203,10 @@ def connect(opts: Options) -> Any:
         raw.execute("SET preserve_insertion_order = false")
         return con
     if opts.engine == "spark":
-        return ibis.pyspark.connect(
-            spark_session(opts.master, opts.shuffle_partitions, opts.spark_conf)
-        )
+        # The session first: it says what is missing (pyspark, Java) before ibis's backend,
+        # which needs pyspark, is imported.
+        session = spark_session(opts.master, opts.shuffle_partitions, opts.spark_conf)
+        return ibis.pyspark.connect(session)
     raise ValueError(f"engine {opts.engine!r}: want one of {', '.join(ENGINES)}")
 
 
