@@ -87,7 +87,13 @@ func LoadConfig(path string) (*Config, error) {
 	return decodeConfig(path, data)
 }
 
-var configKeys = []string{"mode", "hook", "liberal", "tcp_loose", "timeouts", "allow", "table"}
+// The keys of the configuration file, per level (timeouts: timeoutNames). The decoder refuses
+// any other key, and docs_test.go checks that docs/conntrack.md documents each.
+var (
+	configKeys = []string{"mode", "hook", "liberal", "tcp_loose", "timeouts", "allow", "table"}
+	allowKeys  = []string{"ports", "prefixes"}
+	tableKeys  = []string{"confirmed", "unconfirmed"}
+)
 
 func decodeConfig(file string, data []byte) (*Config, error) {
 	c := &Config{}
@@ -172,7 +178,7 @@ func decodeConfig(file string, data []byte) (*Config, error) {
 				}
 			})
 		case "allow":
-			el.EachKey(v, key, []string{"ports", "prefixes"}, func(k string, av *yaml.Node) {
+			el.EachKey(v, key, allowKeys, func(k string, av *yaml.Node) {
 				f := config.Join(key, k)
 				if k == "ports" {
 					c.Allow.Ports = list(av, f, func(s string) error { _, err := parsePortRule(s); return err })
@@ -187,7 +193,7 @@ func decodeConfig(file string, data []byte) (*Config, error) {
 				})
 			})
 		case "table":
-			el.EachKey(v, key, []string{"confirmed", "unconfirmed"}, func(k string, tv *yaml.Node) {
+			el.EachKey(v, key, tableKeys, func(k string, tv *yaml.Node) {
 				if k == "confirmed" {
 					c.Table.Confirmed = tableSize(tv, config.Join(key, k))
 				} else {

@@ -47,14 +47,14 @@ type HostPolicy struct {
 // DefaultRefresh is the host policy's refresh unless it says otherwise: a router that lost a
 // flow's state (LRU eviction, a restart, a new path) learns its backlog again within 10 ms (and
 // a coarse-clock tick) of its sending; at a few hundred thousand segments a second that is one
-// segment in thousands. Keep it below the routers' move_gap (docs/prio.md).
+// segment in thousands. Keep it below the routers' move_gap (docs/prio.md, "Configuration").
 const DefaultRefresh = 10 * time.Millisecond
 
 // DefaultMinInterval is the host policy's min_interval unless it says otherwise (or its refresh
 // is this short or shorter): a bulk flow that the CPU limits advertises the whole of its next
 // GSO packet, then the tail, a change at every send, and without it carried the option on
-// 69–75 % of its segments, each off the receiver's header-prediction fast path (docs/prio.md,
-// "Cost"). A router moves a flow at most once per band_change_interval (10 ms by default).
+// most of its segments, each off the receiver's header-prediction fast path (docs/prio.md,
+// "Rationale"). A router moves a flow at most once per band_change_interval (10 ms by default).
 const DefaultMinInterval = time.Millisecond
 
 // duration reads a non-negative duration into to.
@@ -91,7 +91,7 @@ type RouterPolicy struct {
 const (
 	// defaultLeaves: flows that share a leaf share its FIFO, and among TCP flows in one
 	// FIFO some lose out. At 200 flows 64 leaves (~3 flows per leaf) lifted fair's and
-	// occupancy's Jain index by several hundredths over 32 (measured: docs/prio.md). 64 is
+	// occupancy's Jain index by several hundredths over 32 (bench/prio). 64 is
 	// also the most a band takes (PRIO_MAX_LEAVES).
 	defaultLeaves = 64
 	// bandQueue is a band's packets over all its leaves unless the policy sets limit: fifo's
@@ -103,22 +103,22 @@ const (
 var (
 	// occupancyChangeInterval: occupancy changes with every segment, and every move can
 	// reorder a flow's packets between queues. One move per flow per 5 s keeps the fairness
-	// the moves buy; longer holds trade it away (measured: docs/prio.md).
+	// the moves buy; longer holds trade it away (bench/prio; docs/prio.md, "Rationale").
 	occupancyChangeInterval = 5 * time.Second
 	// occupancyMoveGap: a flow moves only after falling silent this long, once its packets
 	// have left the old queue. Moving mid-burst cost ~8 % of utilization at 200 flows in
 	// data received twice; 200 ms (TCP's minimum RTO: the silence of a flow that waits
-	// out a timeout, i.e. a starved one) gave it back (measured: docs/prio.md).
+	// out a timeout, i.e. a starved one) gave it back (bench/prio; docs/prio.md, "Rationale").
 	occupancyMoveGap = 200 * time.Millisecond
 
 	// A bulk flow's advertised backlog saturates at its send buffer (hundreds of KB to
 	// tcp_wmem's 4 MB as autotuning grows it), so an edge near that size would split bulk
 	// flows by buffer, not by what is left to send, and strict priority between those bands
-	// starves the flows above the edge (measured: docs/prio.md). The edges stay well below.
+	// starves the flows above the edge (bench/prio; docs/prio.md, "Rationale"). The edges stay well below.
 	defaultBacklogThresholds = []uint64{10e3, 100e3}
 	// PIAS's thresholds for the web-search workload at 60-80 % load are around 1 and 5
 	// packets' worth for two queues; these three edges (short, medium, long) follow the
-	// size classes of the experiments (docs/prio.md).
+	// size classes of the flow-completion benchmark (bench/prio).
 	defaultPIASThresholds = []uint64{100e3, 1e6, 10e6}
 )
 
@@ -153,6 +153,10 @@ func LoadHostPolicy(file string) (*HostPolicy, error) {
 	return ParseHostPolicy(file, data)
 }
 
+// hostKeys are the keys of a host policy; a selector's are match.Keys. The decoder refuses
+// any other key, and docs_test.go checks that docs/prio.md documents each.
+var hostKeys = []string{"advertise", "refresh", "min_interval"}
+
 // ParseHostPolicy checks a host policy: every problem at once, with its line.
 func ParseHostPolicy(file string, data []byte) (*HostPolicy, error) {
 	el := &config.Collector{File: file}
@@ -160,7 +164,7 @@ func ParseHostPolicy(file string, data []byte) (*HostPolicy, error) {
 	minLine := 0 // where min_interval is set, if it is
 	root := el.Root(data, "a host policy needs `advertise:`, a list of selectors (docs/prio.md)")
 	if root != nil {
-		el.EachKey(root, "", []string{"advertise", "refresh", "min_interval"}, func(key string, v *yaml.Node) {
+		el.EachKey(root, "", hostKeys, func(key string, v *yaml.Node) {
 			switch key {
 			case "refresh":
 				duration(el, v, key, &p.Refresh, "10ms (0: on every data segment)")
@@ -205,6 +209,8 @@ func ParseHostPolicy(file string, data []byte) (*HostPolicy, error) {
 	return p, nil
 }
 
+// routerKeys are the keys of a router policy: the decoder refuses any other, and docs_test.go
+// checks that docs/prio.md documents each.
 var routerKeys = []string{"scheme", "leaves", "trust", "max_claim", "min_rate", "band_change_interval", "thresholds", "limit", "idle_reset", "move_gap", "service"}
 
 // LoadRouterPolicy reads and checks a router policy file.
@@ -315,7 +321,7 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 	case Occupancy:
 		// Strict priority between deciles gives the link to whichever flow reads fullest,
 		// and a flow that moves at every segment reorders its packets between queues; both
-		// cost the original scheme its fairness and throughput (measured: docs/prio.md).
+		// cost the original scheme its fairness and throughput (docs/prio.md, "Rationale").
 		if !config.HasKey(root, "service") {
 			p.Weighted = true
 		}
@@ -338,7 +344,7 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 	// then holds a full bucket of tokens, so a new short flow's first packets go out at once,
 	// ahead of everything that borrows (HTB serves classes within their rate first); strict
 	// priority orders only what bands borrow beyond it. With 1 % each, short flows waited
-	// behind the borrowers (measured for both: docs/prio.md).
+	// behind the borrowers (docs/prio.md, "Rationale").
 	if (p.Scheme == Backlog || p.Scheme == PIAS) && !config.HasKey(root, "min_rate") {
 		p.MinRate = 1 / float64(p.Bands())
 	}

@@ -50,6 +50,16 @@ func Parse(file string, data []byte, k Kernel) (*Policy, error) {
 	return p, nil
 }
 
+// The keys of a policy, per level (a profile's: profileKeys). The decoder refuses any other key,
+// and docs_test.go checks that docs/tune.md documents each.
+var (
+	policyKeys    = []string{"profiles", "rules"}
+	ruleKeys      = []string{"name", "match", "profile"}
+	matchKeys     = append(slices.Clone(match.Keys), "sample")
+	keepaliveKeys = []string{"idle", "interval", "count"}
+	reactKeys     = []string{"retransmissions_above", "timeouts_above", "congestion", "cwnd_clamp"}
+)
+
 func decode(el *config.Collector, data []byte, k Kernel) *Policy {
 	root := el.Root(data, "a policy needs profiles and rules (see docs/tune.md)")
 	if root == nil {
@@ -57,7 +67,7 @@ func decode(el *config.Collector, data []byte, k Kernel) *Policy {
 	}
 	p := &Policy{}
 	var rulesNode *yaml.Node
-	el.EachKey(root, "", []string{"profiles", "rules"}, func(key string, v *yaml.Node) {
+	el.EachKey(root, "", policyKeys, func(key string, v *yaml.Node) {
 		switch key {
 		case "profiles":
 			p.Profiles = decodeProfiles(el, v, k)
@@ -287,7 +297,7 @@ func decodeProfile(el *config.Collector, v *yaml.Node, field string, p *Profile,
 
 func decodeKeepalive(d *dec, v *yaml.Node, field string, p *Profile) {
 	p.Set[SetKeepalive] = true
-	d.el.EachKey(v, field, []string{"idle", "interval", "count"}, func(key string, kv *yaml.Node) {
+	d.el.EachKey(v, field, keepaliveKeys, func(key string, kv *yaml.Node) {
 		f := field + "." + key
 		switch key {
 		case "idle", "interval":
@@ -316,7 +326,7 @@ func decodeKeepalive(d *dec, v *yaml.Node, field string, p *Profile) {
 }
 
 func decodeReact(d *dec, v *yaml.Node, field string, p *Profile) {
-	d.el.EachKey(v, field, []string{"retransmissions_above", "timeouts_above", "congestion", "cwnd_clamp"}, func(key string, kv *yaml.Node) {
+	d.el.EachKey(v, field, reactKeys, func(key string, kv *yaml.Node) {
 		f := field + "." + key
 		switch key {
 		case "retransmissions_above":
@@ -475,7 +485,7 @@ func decodeRules(el *config.Collector, v *yaml.Node, p *Policy) []*Rule {
 	for i, rv := range v.Content {
 		field := fmt.Sprintf("rules[%d]", i)
 		r := &Rule{Line: rv.Line, RemotePort: match.AnyPort, LocalPort: match.AnyPort, Dir: AnyDir, Sample: 1, profile: -1}
-		el.EachKey(rv, field, []string{"name", "match", "profile"}, func(key string, kv *yaml.Node) {
+		el.EachKey(rv, field, ruleKeys, func(key string, kv *yaml.Node) {
 			f := field + "." + key
 			switch key {
 			case "name":
@@ -513,7 +523,7 @@ func decodeRules(el *config.Collector, v *yaml.Node, p *Policy) []*Rule {
 
 func decodeMatch(el *config.Collector, v *yaml.Node, field string, r *Rule) {
 	m := match.Match{RemotePort: r.RemotePort, LocalPort: r.LocalPort, Dir: r.Dir}
-	el.EachKey(v, field, append(slices.Clone(match.Keys), "sample"), func(key string, kv *yaml.Node) {
+	el.EachKey(v, field, matchKeys, func(key string, kv *yaml.Node) {
 		f := field + "." + key
 		if m.DecodeKey(el, key, kv, f) {
 			return
