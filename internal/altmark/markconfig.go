@@ -83,7 +83,7 @@ func LoadMarkConfig(path string) (*MarkConfig, error) {
 }
 
 func decodeMarkConfig(el *config.Collector, data []byte) *MarkConfig {
-	root := el.Root(data, "a marker needs at least carrier (see docs/altmark.md, Marker)")
+	root := el.Root(data, "a marker needs at least carrier (see docs/altmark.md, Marker configuration)")
 	if root == nil {
 		return nil
 	}
