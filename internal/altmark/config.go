@@ -100,9 +100,16 @@ const (
 var (
 	carriers    = []string{carrierDSCP, carrierIPv4Flag, carrierIPv6AltMrk}
 	directions  = []string{"in", "out", "both"}
-	configKeys  = []string{"probe_id", "interfaces", "period", "periods", "start_color", "carrier", "dscp_bits", "hash_ref", "hash_bits", "nmax", "protocols", "backbone", "flowmon_ids", "flowmon_keep", "data_dir", "ipfix"}
 	probeIDRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 	protoByName = map[string]uint8{"icmp": 1, "tcp": 6, "udp": 17, "gre": 47, "esp": 50, "icmpv6": 58, "ipv6-icmp": 58, "sctp": 132}
+)
+
+// The keys each mapping of a probe configuration accepts: the decoder checks files against
+// these lists, and docs_test.go holds docs/altmark.md's configuration reference to them.
+var (
+	configKeys    = []string{"probe_id", "interfaces", "period", "periods", "start_color", "carrier", "dscp_bits", "hash_ref", "hash_bits", "nmax", "protocols", "backbone", "flowmon_ids", "flowmon_keep", "data_dir", "ipfix"}
+	interfaceKeys = []string{"name", "direction"}
+	ipfixKeys     = []string{"collector", "transport", "observation_domain", "enterprise"}
 )
 
 // ParseConfig reads and validates a probe configuration (YAML, or JSON, which is YAML too).
@@ -283,7 +290,7 @@ func decodeInterfaces(d *dec, v *yaml.Node) []Interface {
 	for i, iv := range v.Content {
 		field := fmt.Sprintf("interfaces[%d]", i)
 		ifc := Interface{Direction: "both"}
-		el.EachKey(iv, field, []string{"name", "direction"}, func(key string, kv *yaml.Node) {
+		el.EachKey(iv, field, interfaceKeys, func(key string, kv *yaml.Node) {
 			f := field + "." + key
 			s, ok := el.Scalar(kv, f)
 			if !ok {
@@ -420,7 +427,7 @@ func decodeBackbone(d *dec, v *yaml.Node) []string {
 func decodeIPFIX(d *dec, v *yaml.Node) *IPFIX {
 	el := d.el
 	x := &IPFIX{Transport: "udp", ObservationDomain: defaultObsDomain, Enterprise: documentationPEN}
-	el.EachKey(v, "ipfix", []string{"collector", "transport", "observation_domain", "enterprise"}, func(key string, kv *yaml.Node) {
+	el.EachKey(v, "ipfix", ipfixKeys, func(key string, kv *yaml.Node) {
 		f := "ipfix." + key
 		switch key {
 		case "collector":

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// The read rule (RFC 9341, docs/altmark.md "Read rule"): period n (TAI in [nL, (n+1)L)) is read
+// The read rule (RFC 9341, docs/altmark.md "The read rule"): period n (TAI in [nL, (n+1)L)) is read
 // at (n+1)L + L/2, when packets of n still in flight have arrived and the other color has been
 // counting for half a period; Datapath.Read(n) then zeroes n's color, which counts n+2 next.
 // A probe attached during period c records from c+1 on: c itself is partial, and the color of
@@ -50,7 +50,7 @@ type Status struct {
 	Now            int64  `json:"now_tai_ns"`
 	CurrentPeriod  int64  `json:"current_period"`
 	StartedAt      int64  `json:"started_tai_ns,omitempty"`
-	FirstPeriod    *int64 `json:"first_period,omitempty"` // the first whole period of this run
+	FirstPeriod    *int64 `json:"first_period,omitempty"` // the first whole period since the probe started
 	LastPeriod     *int64 `json:"last_period,omitempty"`  // the latest period written
 	PeriodsWritten int64  `json:"periods_written"`        // in this run
 	PeriodsSkipped int64  `json:"periods_skipped"`        // whole periods without a record, in this run

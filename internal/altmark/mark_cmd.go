@@ -23,7 +23,7 @@ func markCommand() *cobra.Command {
 packet the color of its period, (⌊TAI / period⌋ + start_color) mod 2, in the configured
 carrier, and with double marking the delay mark on the first packets of each flow in the
 central half of each period. It stays attached (pinned) after "mark apply" returns; "mark
-remove" detaches it, "mark status" shows its counters. docs/altmark.md, section Marker.`,
+remove" detaches it, "mark status" shows its counters. docs/altmark.md, sections Marker configuration and The marker.`,
 	}
 	// The old bare forms: `mark --dev IF --config FILE [--check]` and `mark --remove --dev IF`.
 	var a markApply
@@ -73,7 +73,7 @@ func (a *markApply) flags(cmd *cobra.Command, legacy bool) {
 	f := cmd.Flags()
 	f.StringVar(&a.dev, "dev", "", "the edge interface whose egress is marked")
 	f.BoolVar(&a.check, "check", false, "validate --config and exit (no --dev needed)")
-	cli.ConfigFlag(cmd, &a.file, "marker configuration file (YAML; docs/altmark.md, Marker)", "", "")
+	cli.ConfigFlag(cmd, &a.file, "marker configuration file (YAML; docs/altmark.md, Marker configuration)", "", "")
 	if legacy {
 		for _, n := range []string{"dev", "check", "config"} {
 			_ = f.MarkHidden(n)
@@ -115,7 +115,7 @@ func markApplyCommand() *cobra.Command {
 		Short: "Attach the marker to an interface's egress; a marked interface is refused",
 		Long: `Attach the marker at the head of IF's tcx egress. The configuration is validated before
 anything attaches (exit 2 naming the field); --check only validates it. An interface that has
-a marker already is refused (exit 2): remove it first. docs/altmark.md, section Marker.`,
+a marker already is refused (exit 2): remove it first. docs/altmark.md, sections Marker configuration and The marker.`,
 		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.run(cmd) },
 	}

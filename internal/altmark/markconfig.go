@@ -58,7 +58,13 @@ const (
 	warnPeriod      = 100 * time.Millisecond
 )
 
-var markKeys = []string{"period", "start_color", "carrier", "dscp_bits", "header", "flowmon_id", "flowmon_range", "double", "select", "backbone", "mtu"}
+// The keys each mapping of a marker configuration accepts: the decoder checks files against
+// these lists, and docs_test.go holds docs/altmark.md's configuration reference to them.
+var (
+	markKeys   = []string{"period", "start_color", "carrier", "dscp_bits", "header", "flowmon_id", "flowmon_range", "double", "select", "backbone", "mtu"}
+	doubleKeys = []string{"packets"}
+	selectKeys = []string{"src", "dst", "protocols", "src_port", "dst_port"}
+)
 
 // ParseMarkConfig reads and validates a marker configuration. The error is config.Errors naming
 // every bad field with its line; warnings (a short period) are in Warnings.
@@ -83,7 +89,7 @@ func LoadMarkConfig(path string) (*MarkConfig, error) {
 }
 
 func decodeMarkConfig(el *config.Collector, data []byte) *MarkConfig {
-	root := el.Root(data, "a marker needs at least carrier (see docs/altmark.md, Marker)")
+	root := el.Root(data, "a marker needs at least carrier (see docs/altmark.md, Marker configuration)")
 	if root == nil {
 		return nil
 	}
@@ -129,7 +135,7 @@ func decodeMarkConfig(el *config.Collector, data []byte) *MarkConfig {
 				}
 			}
 		case "double":
-			el.EachKey(v, key, []string{"packets"}, func(k string, kv *yaml.Node) {
+			el.EachKey(v, key, doubleKeys, func(k string, kv *yaml.Node) {
 				if n, ok := d.integer(kv, "double.packets", 1, maxDouble); ok {
 					c.Double = int(n)
 				}
@@ -202,7 +208,7 @@ func parseRange(s string) (uint32, uint32, error) {
 
 func decodeSelect(d *dec, v *yaml.Node, c *MarkConfig) {
 	el := d.el
-	el.EachKey(v, "select", []string{"src", "dst", "protocols", "src_port", "dst_port"}, func(key string, kv *yaml.Node) {
+	el.EachKey(v, "select", selectKeys, func(key string, kv *yaml.Node) {
 		f := "select." + key
 		switch key {
 		case "src", "dst":
