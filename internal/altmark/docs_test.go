@@ -1,35 +1,21 @@
 package altmark
 
 import (
-	"slices"
 	"testing"
 
-	"github.com/flowplane/flowplane/internal/doccheck"
+	"github.com/flowplane/flowplane/internal/docscheck"
 )
 
-// docs/altmark.md documents every key the probe's and the marker's decoders accept, in their
-// configuration reference tables, and nothing they do not.
-func TestDocConfigKeys(t *testing.T) {
-	t.Parallel()
-	page, err := doccheck.Read("../../docs/altmark.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	probe := slices.Concat(configKeys, doccheck.Prefixed("interfaces[].", interfaceKeys), doccheck.Prefixed("ipfix.", ipfixKeys))
-	mark := slices.Concat(markKeys, doccheck.Prefixed("double.", doubleKeys), doccheck.Prefixed("select.", selectKeys))
-	for _, p := range slices.Concat(page.KeyProblems("Probe configuration", probe), page.KeyProblems("Marker configuration", mark)) {
-		t.Error(p)
-	}
+// TestDocsConfigurationKeys: docs/altmark.md's two references document exactly the keys the
+// probe's and the marker's decoders accept.
+func TestDocsConfigurationKeys(t *testing.T) {
+	docscheck.ReadSection(t, "../../docs/altmark.md", "Probe configuration").CheckKeys(t,
+		configKeys, docscheck.Qualify("interfaces[]", interfaceKeys), docscheck.Qualify("ipfix", ipfixKeys))
+	docscheck.ReadSection(t, "../../docs/altmark.md", "Marker configuration").CheckKeys(t,
+		markKeys, docscheck.Qualify("double", doubleKeys), docscheck.Qualify("select", selectKeys))
 }
 
-// docs/altmark.md names every command and flag of `flowplane altmark`.
-func TestDocCommands(t *testing.T) {
-	t.Parallel()
-	page, err := doccheck.Read("../../docs/altmark.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range page.CommandProblems(Command()) {
-		t.Error(p)
-	}
+// TestDocsCommands: every altmark command and flag is in docs/altmark.md.
+func TestDocsCommands(t *testing.T) {
+	docscheck.Read(t, "../../docs/altmark.md").CheckCommands(t, Command())
 }

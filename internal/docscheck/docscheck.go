@@ -4,7 +4,8 @@
 // and flag of the subsystem's command tree is in the page.
 //
 // The configuration reference is the section under the page's first heading whose text starts
-// with "Configuration", down to the next heading of the same or a higher level. A key is
+// with "Configuration" (or another title, ReadSection), down to the next heading of the same or
+// a higher level. A key is
 // documented when it is a code span in the first cell of a table row there (`| \`key\` | …`; a
 // cell may name several, `| \`tos\`, \`tclass\` |`). A key inside a mapping-valued key is written
 // PARENT.KEY (`allow.ports`, `keepalive.idle`); Qualify builds those names.
@@ -19,6 +20,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/flowplane/flowplane/internal/topo"
 )
 
 // Page is a manual page read for checking.
@@ -39,6 +42,13 @@ var (
 // the page has no configuration section or no table in it.
 func Read(t testing.TB, path string) *Page {
 	t.Helper()
+	return ReadSection(t, path, "Configuration")
+}
+
+// ReadSection is Read with the reference under the first heading starting with title (a page
+// with two formats has two references).
+func ReadSection(t testing.TB, path, title string) *Page {
+	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("read the manual page: %v", err)
@@ -56,7 +66,7 @@ func Read(t testing.TB, path string) *Page {
 		}
 		if m := heading.FindStringSubmatch(line); m != nil {
 			switch {
-			case level == 0 && strings.HasPrefix(m[2], "Configuration"):
+			case level == 0 && strings.HasPrefix(m[2], title):
 				level = len(m[1])
 			case level > 0 && len(m[1]) <= level:
 				level = -1 // past the section
@@ -77,10 +87,10 @@ func Read(t testing.TB, path string) *Page {
 		rows += len(spans)
 	}
 	if level == 0 {
-		t.Fatalf("%s: no heading starting with \"Configuration\": the configuration reference goes there", path)
+		t.Fatalf("%s: no heading starting with %q: the configuration reference goes there", path, title)
 	}
 	if rows == 0 {
-		t.Fatalf("%s: the Configuration section has no table whose first column names keys (| `key` | …)", path)
+		t.Fatalf("%s: the %q section has no table whose first column names keys (| `key` | …)", path, title)
 	}
 	return p
 }
@@ -120,20 +130,23 @@ func (p *Page) CheckKeys(t testing.TB, known ...[]string) {
 	}
 }
 
-// CheckCommands checks that every command of the tree under root (hidden ones included: the
-// deprecated spellings a user may still meet) appears in the page by its path without the
-// binary's name ("prio host apply"), and every flag of every command as --name.
+// CheckCommands checks that every visible command of the tree under root appears in the page by
+// its path without the binary's name ("prio host apply"), and every visible flag as --name.
+// Hidden commands and flags are the deprecated spellings: docs/cli.md lists them.
 func (p *Page) CheckCommands(t testing.TB, root *cobra.Command) {
 	t.Helper()
 	var walk func(c *cobra.Command, path string)
 	walk = func(c *cobra.Command, path string) {
 		t.Helper()
+		if c.Hidden {
+			return
+		}
 		if !strings.Contains(p.Text, path) {
 			t.Errorf("%s: command %q is not in the page", p.Path, path)
 		}
 		check := func(f *pflag.Flag) {
 			t.Helper()
-			if f.Name == "help" {
+			if f.Name == "help" || f.Hidden {
 				return
 			}
 			if !strings.Contains(p.Text, "--"+f.Name) {
@@ -156,4 +169,20 @@ func sorted(m map[string]bool) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TopologyPaths are the keys of the topology format (internal/topo's levels, which lab and vnet
+// share) as the manuals' references write them: each behind its mapping's path, with [] for a
+// list's element (name, nodes.NAME.kind, links[].rate, links[].endpoints[].ipv4).
+func TopologyPaths() []string {
+	var keys []string
+	for _, l := range []topo.Level{topo.TopLevel, topo.NodeLevel, topo.LinkLevel, topo.EndpointLevel} {
+		path := strings.NewReplacer("[I]", "[]", "[J]", "[]").Replace(l.Field)
+		if path == "" {
+			keys = append(keys, l.Keys...)
+			continue
+		}
+		keys = append(keys, Qualify(path, l.Keys)...)
+	}
+	return keys
 }

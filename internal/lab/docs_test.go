@@ -3,29 +3,15 @@ package lab
 import (
 	"testing"
 
-	"github.com/flowplane/flowplane/internal/doccheck"
+	"github.com/flowplane/flowplane/internal/docscheck"
 )
 
-// docs/lab.md documents every key of the topology format in its reference, and nothing else.
-func TestDocConfigKeys(t *testing.T) {
-	t.Parallel()
-	page, err := doccheck.Read("../../docs/lab.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range page.KeyProblems("Topology file reference", doccheck.TopologyPaths()) {
-		t.Error(p)
-	}
+// docs/lab.md's reference documents exactly the keys of the topology format.
+func TestDocsConfigurationKeys(t *testing.T) {
+	docscheck.ReadSection(t, "../../docs/lab.md", "Topology file reference").CheckKeys(t, docscheck.TopologyPaths())
 }
 
-// docs/lab.md names every command and flag of `flowplane lab`.
-func TestDocCommands(t *testing.T) {
-	t.Parallel()
-	page, err := doccheck.Read("../../docs/lab.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range page.CommandProblems(Command()) {
-		t.Error(p)
-	}
+// TestDocsCommands: every lab command and flag is in docs/lab.md.
+func TestDocsCommands(t *testing.T) {
+	docscheck.ReadSection(t, "../../docs/lab.md", "Topology file reference").CheckCommands(t, Command())
 }

@@ -3,30 +3,15 @@ package vnet
 import (
 	"testing"
 
-	"github.com/flowplane/flowplane/internal/doccheck"
+	"github.com/flowplane/flowplane/internal/docscheck"
 )
 
-// docs/vnet.md says what vnet makes of every key of the topology format (vnet has no keys of
-// its own), and documents no other.
-func TestDocConfigKeys(t *testing.T) {
-	t.Parallel()
-	page, err := doccheck.Read("../../docs/vnet.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range page.KeyProblems("Topology keys in vnet", doccheck.TopologyPaths()) {
-		t.Error(p)
-	}
+// docs/vnet.md's reference documents exactly the keys of the topology format.
+func TestDocsConfigurationKeys(t *testing.T) {
+	docscheck.ReadSection(t, "../../docs/vnet.md", "Topology keys in vnet").CheckKeys(t, docscheck.TopologyPaths())
 }
 
-// docs/vnet.md names every command and flag of `flowplane vnet`.
-func TestDocCommands(t *testing.T) {
-	t.Parallel()
-	page, err := doccheck.Read("../../docs/vnet.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range page.CommandProblems(Command()) {
-		t.Error(p)
-	}
+// TestDocsCommands: every vnet command and flag is in docs/vnet.md.
+func TestDocsCommands(t *testing.T) {
+	docscheck.Read(t, "../../docs/vnet.md").CheckCommands(t, Command())
 }
