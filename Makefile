@@ -34,7 +34,7 @@ test: setup build ## run every test, privileged ones included (needs root)
 	$(GO) test $(TEST_FLAGS) ./...
 	analytics/.venv/bin/python -m pytest analytics/tests
 
-bench: setup build ## run the benchmarks; tables on stdout, JSON under bench/results/
+bench: setup build ## run the benchmarks (BENCH=a,b: some); JSON under bench/results/, docs/benchmarks.md
 	@bench/run.sh
 
 lint: setup generate ## gofmt, go vet, staticcheck, clang-format
