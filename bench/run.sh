@@ -14,6 +14,7 @@ for dir in bench/*/; do
 	[[ -f $dir/main.go || -f $dir/bench.py ]] || continue
 	if [[ -n ${BENCH:-} && ",$BENCH," != *",$name,"* ]]; then continue; fi
 	echo "## $name"
+	start=$SECONDS
 	if [[ -f $dir/bench.py ]]; then
 		# Python benchmarks run in the analytics venv (make setup), on this checkout's package
 		# (the venv's editable install may point at another checkout).
@@ -27,6 +28,7 @@ for dir in bench/*/; do
 	else
 		failed+=("$name")
 	fi
+	echo "## $name: $((SECONDS - start)) s" >&2
 done
 if ((${#ok[@]})); then
 	echo "## docs/benchmarks.md: ${ok[*]}"
