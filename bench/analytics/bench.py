@@ -412,6 +412,24 @@ def main() -> int:
                 ],
                 goals,
             )
+    knobs = [
+        f"{k}={os.environ[k]}"
+        for k in (
+            "BENCH_PACKETS",
+            "BENCH_PERIODS",
+            "BENCH_ENGINES",
+            "BENCH_DUCKDB_MEMORY",
+            "BENCH_DUCKDB_THREADS",
+            "BENCH_SPARK_MAX_SAMPLES",
+            "BENCH_BATCH_PERIODS",
+            "BENCH_REMEASURE",
+        )
+        if k in os.environ
+    ]
+    if knobs:
+        table["notes"].append(
+            f"Run with {', '.join(knobs)} (defaults: bench/analytics/bench.py)."
+        )
     if not any(r["samples"] >= 10**8 for r in results):
         table["notes"].append(
             "The goal of 10⁸ samples within a minute needs that size: "

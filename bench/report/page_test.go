@@ -65,10 +65,10 @@ func TestRenderPageNew(t *testing.T) {
 		"| occupancy | 0.979 | Jain ≥ 0.95; std / fair ≤ 1; utilization / fair ≥ 0.98 | met (1 not judged) |",
 		"**Goals met: 1 of 2**. Not met: veth + loss program at 0%: ratio to plain veth ≥ 0.97 (0.95).",
 		"**Goals met: 2 of 3** (1 not judged).",
-		"Measured 2026-11-28 at commit def5678; `BENCH=lab make bench` (about 2 min) measures it again.",
+		"Measured 2026-11-28 at commit def5678; `BENCH=lab make bench` (about 1 min) measures it again.",
 		"![Per-flow goodput, 200 flows](img/bench/prio/fairness-200.png)",
 		// a bench never measured says how to measure it
-		"Not measured yet: `BENCH=tune make bench` (about 5 min) makes this section.",
+		"Not measured yet: `BENCH=tune make bench` (about 2–3 min) makes this section.",
 		"Not measured yet: `BENCH=vnet make bench`",
 	} {
 		if !strings.Contains(s, want) {

@@ -129,7 +129,7 @@ func main() {
 	}
 	if want("conns") {
 		r, err := manyConns(*conns)
-		r.Goal = goal(report.Check(fmt.Sprintf("%d concurrent connections", *conns), "all data exact", err == nil), nil)
+		r.Goal = goal(report.Check(fmt.Sprintf("data of %d concurrent connections", *conns), "exact", err == nil), nil)
 		add(r, err)
 	}
 	if want("rip") {
