@@ -48,7 +48,7 @@ test: setup build check-generated ## run every test, privileged ones included (n
 	$(GO) test $(TEST_FLAGS) ./...
 	analytics/.venv/bin/python -m pytest analytics/tests
 
-bench: setup build ## run the benchmarks; tables on stdout, JSON under bench/results/
+bench: setup build ## run the benchmarks (BENCH=a,b: some); JSON under bench/results/, docs/benchmarks.md
 	@bench/run.sh
 
 lint: setup generate ## gofmt, go vet, staticcheck, clang-format

@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -114,28 +112,20 @@ func run() error {
 	baseRep, baseSgl := report.Median(rep[0]), report.Median(sgl[0])
 	t := &report.Table{
 		Title:   "altmark marker: ns per packet through BPF_PROG_TEST_RUN vs an empty tcx program",
-		Columns: []string{"case", "repeated run ns/pkt", "× empty", "single runs median ns", "− empty ns"},
-		Notes: []string{fmt.Sprintf("%d rounds, medians; repeated: %d runs of one packet (kernel mean); single: %d runs of a fresh packet per round (median, includes the harness's per-run cost, subtracted in the last column). %s, %d CPUs, %s.",
-			*rounds, *repeat, *single, kernel(), runtime.NumCPU(), time.Now().UTC().Format(time.DateOnly)),
+		Columns: []string{"case", "repeated run ns/pkt", "repeated min–max", "× empty", "single runs median ns", "single min–max", "− empty ns"},
+		Notes: []string{fmt.Sprintf("%d rounds, medians over the rounds (min–max: over the rounds); repeated: %d runs of one packet (kernel mean); single: %d runs of a fresh packet per round (median, includes the harness's per-run cost, subtracted in the last column).",
+			*rounds, *repeat, *single),
 			"Packets: 154-byte IPv4 / 174-byte IPv6 TCP frames (100-byte payload); the insert rows grow them by 8 bytes."},
 	}
 	data := map[string]any{}
 	for i, c := range cases {
 		r, s := report.Median(rep[i]), report.Median(sgl[i])
-		rs, ratio := "—", "—"
+		rs, rr, ratio := "—", "—", "—"
 		if !c.grows {
-			rs, ratio = fmt.Sprintf("%.1f", r), fmt.Sprintf("%.2f", r/baseRep)
+			rs, rr, ratio = fmt.Sprintf("%.1f", r), report.Range("%.1f", rep[i]), fmt.Sprintf("%.2f", r/baseRep)
 		}
-		t.Add(c.name, rs, ratio, fmt.Sprintf("%.0f", s), fmt.Sprintf("%+.0f", s-baseSgl))
+		t.Add(c.name, rs, rr, ratio, fmt.Sprintf("%.0f", s), report.Range("%.0f", sgl[i]), fmt.Sprintf("%+.0f", s-baseSgl))
 		data[c.name] = map[string]any{"repeated_ns": rep[i], "single_median_ns": sgl[i]}
 	}
 	return report.Save(report.Result{Name: "altmark-mark", Tables: []*report.Table{t}, Data: data})
-}
-
-func kernel() string {
-	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
-	if err != nil {
-		return "Linux"
-	}
-	return "Linux " + string(b[:len(b)-1])
 }

@@ -120,7 +120,7 @@ func nsPerPacket() (*report.Table, map[string]any, error) {
 		{name: "count + hash + sample every packet (worst case)", sampling: true, bits: 0, nmax: 65536},
 	}
 	t := &report.Table{Title: "altmark probe: ns/packet (BPF_PROG_TEST_RUN)",
-		Columns: []string{"variant", "direction", "frame", "empty tcx ns", "probe ns", "probe − empty ns"}}
+		Columns: []string{"variant", "direction", "frame", "empty tcx ns", "probe ns", "probe min–max ns", "probe − empty ns"}}
 	data := map[string]any{}
 	for _, v := range variants {
 		for _, dir := range []string{"in", "out"} {
@@ -163,7 +163,7 @@ func nsPerPacket() (*report.Table, map[string]any, error) {
 				st, _ := p.Stats()
 				p.Close()
 				e, pm := report.Median(eNs), report.Median(pNs)
-				t.Add(v.name, dir, fname, e, pm, pm-e)
+				t.Add(v.name, dir, fname, e, pm, report.Range("%.0f", pNs), pm-e)
 				data[fmt.Sprintf("ns/%s/%s/%s", v.name, dir, fname)] = map[string]any{"empty": eNs, "probe": pNs, "stats": st}
 			}
 		}
@@ -273,11 +273,28 @@ func tcpThroughput(ctx context.Context, l *lab.Lab, spec altmark.ProbeSpec, dst 
 	}
 	wo, wi := report.Median(without), report.Median(with)
 	t := &report.Table{Title: "altmark probe: TCP throughput through r1 (iperf3, 1 flow)",
-		Columns: []string{"r1", "Gbit/s (median)", "ratio"}}
-	t.Add("no probe", wo, 1.0)
-	t.Add("probe on both interfaces, in and out", wi, wi/wo)
+		Columns: []string{"r1", "Gbit/s (median)", "min–max", "ratio", "per-round ratio min–max"}}
+	t.Add("no probe", wo, report.Range("%.3g", without), 1.0, "")
+	t.Add("probe on both interfaces, in and out", wi, report.Range("%.3g", with), wi/wo, report.Range("%.3f", pairedRatios(with, without)))
+	t.Goal(probeGoal(wi / wo))
 	t.Notes = append(t.Notes, fmt.Sprintf("%d interleaved rounds of %v; veths with GSO/GRO as the lab sets them (a GSO packet is one probe run; it counts gso_segs packets). The probe counted %d packets over the probed rounds.", *rounds, *duration, counted))
 	return t, map[string]any{"gbps_without": without, "gbps_with": with, "packets_counted": counted}, nil
+}
+
+// probeGoal is the probe's throughput goal: it costs a router at most 5 %.
+func probeGoal(ratio float64) report.Goal {
+	return report.AtLeast("ratio to no probe", ratio, 0.95)
+}
+
+// pairedRatios are xs[i]/base[i], each round against the baseline of the same round.
+func pairedRatios(xs, base []float64) []float64 {
+	var r []float64
+	for i, x := range xs {
+		if i < len(base) {
+			r = append(r, x/base[i])
+		}
+	}
+	return r
 }
 
 // timestamps probes both ends of h1's veth to r1 (h1 egress, r1 ingress), sends 2,000 pings

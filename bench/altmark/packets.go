@@ -107,10 +107,18 @@ func packets64(ctx context.Context, l *lab.Lab, spec altmark.ProbeSpec) (*report
 	without, empty, with := series[0], series[1], series[2]
 	wo, we, wi := report.Median(without), report.Median(empty), report.Median(with)
 	t := &report.Table{Title: "altmark probe: 64-byte frames forwarded by r1 (xdpgen h1 → h2, one flow)",
-		Columns: []string{"r1", "Mpackets/s (median)", "Gbit/s at 64 B", "ratio"}}
-	t.Add("no probe", wo/1e6, wo*64*8/1e9, 1.0)
-	t.Add("empty tcx programs on the same four points (the hooks' own cost)", we/1e6, we*64*8/1e9, we/wo)
-	t.Add("probe on both interfaces, in and out", wi/1e6, wi*64*8/1e9, wi/wo)
+		Columns: []string{"r1", "Mpackets/s (median)", "min–max", "Gbit/s at 64 B", "ratio", "per-round ratio min–max"}}
+	mpps := func(xs []float64) string {
+		m := make([]float64, len(xs))
+		for i, x := range xs {
+			m[i] = x / 1e6
+		}
+		return report.Range("%.3g", m)
+	}
+	t.Add("no probe", wo/1e6, mpps(without), wo*64*8/1e9, 1.0, "")
+	t.Add("empty tcx programs on the same four points (the hooks' own cost)", we/1e6, mpps(empty), we*64*8/1e9, we/wo, report.Range("%.3f", pairedRatios(empty, without)))
+	t.Add("probe on both interfaces, in and out", wi/1e6, mpps(with), wi*64*8/1e9, wi/wo, report.Range("%.3f", pairedRatios(with, without)))
+	t.Goal(probeGoal(wi / wo))
 	t.Notes = append(t.Notes, fmt.Sprintf("%d interleaved rounds; received at h2's XDP sink over %v in the middle of %v at the generator's full speed. Kernel forwarding on r1 runs on the generator's CPU: this is packets/s per core.", *rounds, window64, send64))
 	return t, map[string]any{"pps_64b_without": without, "pps_64b_empty_tcx": empty, "pps_64b_with": with}, nil
 }

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -269,7 +268,7 @@ func run(ctx context.Context) error {
 		if rep.Cost, err = bn.cost(ctx); err != nil {
 			return err
 		}
-		printCost(rep)
+		costTable(rep).Markdown(os.Stdout)
 		return nil
 	}
 	// Rounds interleave the modes so that load from elsewhere on the machine hits all of them;
@@ -332,8 +331,21 @@ func run(ctx context.Context) error {
 		"r1's inside veth gets GRO on during the 64-byte test in every mode: frames XDP-redirected into a veth reach the peer only through its NAPI (flowplane's XDP program provides one anyway)",
 		"syn_flood: flowplane only, default tables; xdpgen SYNs from h1, rotating 60,000 source ports x 4 spoofed source addresses of h1's subnet, first 81,920 at full speed (fill), then at a fixed rate; dropped at h2 by an XDP sink so nothing answers; control: the same generator, fill, rate and sink with one fixed tuple (every SYN a retransmission for one entry): the same CPU spent on generating, forwarding and sinking, without table churn; ratios paired per round",
 	}
-	printReport(rep)
-	return report.WriteJSON("conntrack", rep)
+	data, err := asMap(rep)
+	if err != nil {
+		return err
+	}
+	return report.Save(report.Result{Name: "conntrack", Tables: tables(rep), Data: data})
+}
+
+// asMap is v's JSON object as a map (the result file's data).
+func asMap(v any) (map[string]any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	return m, json.Unmarshal(b, &m)
 }
 
 func numCPU() int {
@@ -902,83 +914,104 @@ func (b *bench) cost(ctx context.Context) (map[string]*Cost, error) {
 	return res, nil
 }
 
-func printCost(r *Report) {
-	fmt.Printf("\n### XDP cost of an established TCP segment against the floor (%s, BPF_PROG_TEST_RUN, 1400-byte segment, median of 9 measurements of alternating 250-run batches)\n\n", r.Kernel)
-	fmt.Println("| family | conntrack | floor (parse + key + 1 lookup + redirect) | conntrack / floor | ratio range |")
-	fmt.Println("|---|---|---|---|---|")
+// costTable is conntrack's XDP cost against the floor's, per family.
+func costTable(r *Report) *report.Table {
+	t := &report.Table{
+		Title:   "conntrack: XDP cost of an established TCP segment against the floor (BPF_PROG_TEST_RUN, 1400-byte segment, median of 9 measurements of alternating 250-run batches)",
+		Columns: []string{"family", "conntrack", "floor (parse + key + 1 lookup + redirect)", "conntrack / floor", "ratio min–max"},
+	}
 	for _, n := range []string{"ipv4", "ipv6"} {
 		c := r.Cost[n]
 		if c == nil {
 			continue
 		}
-		lo, hi := c.Ratios[0], c.Ratios[0]
-		for _, x := range c.Ratios {
-			lo, hi = min(lo, x), max(hi, x)
-		}
-		fmt.Printf("| %s | %.0f ns | %.0f ns | %.2f× | %.2f–%.2f× |\n", n, c.ConntrackNs, c.FloorNs, c.Ratio, lo, hi)
+		t.Add(n, fmt.Sprintf("%.0f ns", c.ConntrackNs), fmt.Sprintf("%.0f ns", c.FloorNs), fmt.Sprintf("%.2f×", c.Ratio), report.Range("%.2f×", c.Ratios))
+		t.Goal(report.AtMost("conntrack / floor", c.Ratio, 1.5))
 	}
+	return t
 }
 
-func printReport(r *Report) {
+// tables are the full run's tables: forwarding in every mode, the XDP cost, the SYN flood.
+func tables(r *Report) []*report.Table {
 	k, g, n, f, tc := r.Results["kernel"], r.Results["kernel-gro"], r.Results["nftables"], r.Results["flowplane"], r.Results["flowplane-tc"]
-	fmt.Printf("## conntrack benchmark (%s, %d CPUs, iperf3 %gs, median of %d interleaved rounds)\n\n", r.Kernel, r.CPUs, r.DurationS, rounds)
-	fmt.Println("| test | kernel fwd | kernel fwd, GRO on r1 | nftables ct | flowplane | flowplane / kernel | flowplane / kernel with GRO | flowplane / nftables | flowplane tc, GRO on r1 | flowplane tc / kernel | flowplane tc / kernel with GRO |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
-	// Ratios are the medians of the ratios within each round (the modes of a round run back to
-	// back), so slow changes in the machine's other load cancel; each row's per-round ratios
-	// follow the table.
-	var perRound []string
-	row := func(name, unit string, m func(Result) float64) {
-		var vk, vg, vn, tk, tg []float64
-		var rs []string
-		for i, fs := range r.Samples["flowplane"] {
-			k, g, n := m(fs)/m(r.Samples["kernel"][i]), m(fs)/m(r.Samples["kernel-gro"][i]), m(fs)/m(r.Samples["nftables"][i])
-			ts := r.Samples["flowplane-tc"][i]
-			ck, cg := m(ts)/m(r.Samples["kernel"][i]), m(ts)/m(r.Samples["kernel-gro"][i])
-			vk, vg, vn, tk, tg = append(vk, k), append(vg, g), append(vn, n), append(tk, ck), append(tg, cg)
-			rs = append(rs, fmt.Sprintf("%.2f/%.2f/%.2f (tc %.2f/%.2f)", k, g, n, ck, cg))
-		}
-		fmt.Printf("| %s | %.3g %s | %.3g %s | %.3g %s | %.3g %s | %.2f× | %.2f× | %.2f× | %.3g %s | %.2f× | %.2f× |\n", name, m(*k), unit, m(*g), unit, m(*n), unit, m(*f), unit,
-			report.Median(vk), report.Median(vg), report.Median(vn), m(*tc), unit, report.Median(tk), report.Median(tg))
-		perRound = append(perRound, fmt.Sprintf("- %s: %s", name, strings.Join(rs, ", ")))
+	t := &report.Table{
+		Title: fmt.Sprintf("conntrack: forwarding through r1 in five modes (iperf3 %gs, median of %d interleaved rounds)", r.DurationS, rounds),
+		Columns: []string{"test", "kernel fwd", "kernel fwd, GRO on r1", "nftables ct", "flowplane", "flowplane / kernel", "flowplane / kernel with GRO", "flowplane / nftables",
+			"flowplane tc, GRO on r1", "flowplane tc / kernel", "flowplane tc / kernel with GRO"},
+		Notes: []string{
+			"Throughputs are medians over the rounds; ratios are medians of the ratios within each round (the modes of a round run back to back, so slow changes in the shared machine's load cancel), min–max over the rounds in brackets.",
+			"The generator runs on one thread of h1; on veth, r1's and h2's receive work runs on the same CPU, so both rates measure the whole path and the offered rate falls with the router's cost.",
+		},
 	}
-	row("TCP iperf3, 1 flow", "Gbit/s", func(r Result) float64 { return r.TCP1Gbps })
-	row("TCP iperf3, 8 flows", "Gbit/s", func(r Result) float64 { return r.TCP8Gbps })
-	row("UDP 64 B forwarded (xdpgen, 1 established flow)", "pkt/s", func(r Result) float64 { return r.UDP64pps })
+	// row adds one measurement; its ratios are the medians of the per-round ratios, and it
+	// returns flowplane's ratios to kernel and to nftables.
+	row := func(name, unit string, m func(Result) float64) (vsKernel, vsNft float64) {
+		var vk, vg, vn, tk, tg []float64
+		for i, fs := range r.Samples["flowplane"] {
+			ts := r.Samples["flowplane-tc"][i]
+			vk, vg, vn = append(vk, m(fs)/m(r.Samples["kernel"][i])), append(vg, m(fs)/m(r.Samples["kernel-gro"][i])), append(vn, m(fs)/m(r.Samples["nftables"][i]))
+			tk, tg = append(tk, m(ts)/m(r.Samples["kernel"][i])), append(tg, m(ts)/m(r.Samples["kernel-gro"][i]))
+		}
+		val := func(x Result) string { return fmt.Sprintf("%.3g %s", m(x), unit) }
+		rat := func(xs []float64) string {
+			return fmt.Sprintf("%.2f× (%s)", report.Median(xs), report.Range("%.2f", xs))
+		}
+		t.Add(name, val(*k), val(*g), val(*n), val(*f), rat(vk), rat(vg), rat(vn), val(*tc), rat(tk), rat(tg))
+		return report.Median(vk), report.Median(vn)
+	}
+	for _, flows := range []struct {
+		name string
+		m    func(Result) float64
+	}{{"TCP iperf3, 1 flow", func(r Result) float64 { return r.TCP1Gbps }}, {"TCP iperf3, 8 flows", func(r Result) float64 { return r.TCP8Gbps }}} {
+		vk, vn := row(flows.name, "Gbit/s", flows.m)
+		// TCP at least as fast as kernel forwarding, and 1.2× nftables.
+		t.Goal(report.AtLeast("flowplane / kernel", vk, 1), report.AtLeast("flowplane / nftables", vn, 1.2))
+	}
+	_, vn := row("UDP 64 B forwarded (xdpgen, 1 established flow)", "pkt/s", func(r Result) float64 { return r.UDP64pps })
+	t.Goal(report.AtLeast("flowplane / nftables", vn, 2))
 	row("UDP 64 B offered by xdpgen (same runs)", "pkt/s", func(r Result) float64 { return r.UDP64Offered })
-	fmt.Printf("| TCP retransmissions (iperf3), 1 / 8 flows | %.0f / %.0f | %.0f / %.0f | %.0f / %.0f | %.0f / %.0f | | | | %.0f / %.0f | | |\n",
-		k.TCP1Retrans, k.TCP8Retrans, g.TCP1Retrans, g.TCP8Retrans, n.TCP1Retrans, n.TCP8Retrans, f.TCP1Retrans, f.TCP8Retrans, tc.TCP1Retrans, tc.TCP8Retrans)
-	fmt.Printf("\nThroughputs are medians over the rounds; ratios are medians of the ratios within each round. flowplane / kernel / kernel with GRO / nftables (flowplane tc / kernel / kernel with GRO) in each round:\n%s\n", strings.Join(perRound, "\n"))
-	fmt.Println("The generator runs on one thread of h1; on veth, r1's and h2's receive work runs on the same CPU, so both rates measure the whole path and the offered rate falls with the router's cost.")
-	fmt.Printf("\nXDP cost, established TCP segment (BPF_PROG_TEST_RUN): %.0f ns/packet (an XDP_PASS-only program: %.0f ns)\n", r.NsPerPkt, r.NsPerPktNoop)
-	printCost(r)
+	t.Add("TCP retransmissions (iperf3), 1 / 8 flows", fmt.Sprintf("%.0f / %.0f", k.TCP1Retrans, k.TCP8Retrans), fmt.Sprintf("%.0f / %.0f", g.TCP1Retrans, g.TCP8Retrans),
+		fmt.Sprintf("%.0f / %.0f", n.TCP1Retrans, n.TCP8Retrans), fmt.Sprintf("%.0f / %.0f", f.TCP1Retrans, f.TCP8Retrans), "", "", "", fmt.Sprintf("%.0f / %.0f", tc.TCP1Retrans, tc.TCP8Retrans), "", "")
+	ns := &report.Table{
+		Title:   "conntrack: XDP cost of an established TCP segment (BPF_PROG_TEST_RUN)",
+		Columns: []string{"program", "ns/packet"},
+	}
+	ns.Add("conntrack", fmt.Sprintf("%.0f", r.NsPerPkt))
+	ns.Add("a program that only returns XDP_PASS", fmt.Sprintf("%.0f", r.NsPerPktNoop))
+	out := []*report.Table{t, ns, costTable(r)}
 	fl := r.Flood
 	if fl == nil {
-		return
+		return out
 	}
-	fmt.Printf("\n### SYN flood: flowplane, one iperf3 flow, unconfirmed table %d, %d rounds\n\n", fl.UnconfirmedTable, len(fl.Rounds))
-	fmt.Println("| run | iperf3 1 flow | vs alone | vs control | SYNs offered/s | SYNs at h2/s | unconfirmed entries (iperf3 start → end) | new entries | evicted | flow's entry kept |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	ft := &report.Table{
+		Title: fmt.Sprintf("conntrack: SYN flood, flowplane, one iperf3 flow, unconfirmed table %d, %d rounds", fl.UnconfirmedTable, len(fl.Rounds)),
+		Columns: []string{"run", "iperf3 1 flow", "vs alone", "vs control", "SYNs offered/s", "SYNs at h2/s", "unconfirmed entries (iperf3 start → end)",
+			"new entries", "evicted", "flow's entry kept"},
+	}
 	last := fl.Rounds[len(fl.Rounds)-1]
-	fmt.Printf("| alone | %.3g Gbit/s | 1.00× | | | | | | | |\n", fl.AloneGbps)
-	gen := func(name string, gbps, vsAlone float64, vsControl string, g *GenRun) {
-		fmt.Printf("| %s | %.3g Gbit/s | %.2f× | %s | %.3g | %.3g | %d → %d | %d | %d | %v |\n", name, gbps, vsAlone, vsControl,
-			g.OfferedPPS, g.ForwardedPPS, g.UnconfirmedBefore, g.UnconfirmedAfter, g.NewEntries, g.Evicted, g.EntryKept)
+	ft.Add("alone", fmt.Sprintf("%.3g Gbit/s", fl.AloneGbps), "1.00×", "", "", "", "", "", "", "")
+	gen := func(name string, gbps float64, vsAlone, vsControl string, g *GenRun) {
+		ft.Add(name, fmt.Sprintf("%.3g Gbit/s", gbps), vsAlone, vsControl, fmt.Sprintf("%.3g", g.OfferedPPS), fmt.Sprintf("%.3g", g.ForwardedPPS),
+			fmt.Sprintf("%d → %d", g.UnconfirmedBefore, g.UnconfirmedAfter), g.NewEntries, g.Evicted, g.EntryKept)
 	}
-	gen(fmt.Sprintf("control: one fixed SYN at %.0f/s", fl.RatePPS), fl.ControlGbps, fl.ControlRatio, "1.00×", last.Control)
-	gen(fmt.Sprintf("flood: rotating SYNs at %.0f/s", fl.RatePPS), fl.FloodGbps, fl.Ratio, fmt.Sprintf("%.2f×", fl.RatioControl), last.Flood)
-	gen("flood at full generator speed (one run)", fl.FullSpeed.Gbps, fl.FullSpeed.Gbps/fl.AloneGbps, "", fl.FullSpeed)
-	lo, hi := math.Inf(1), math.Inf(-1)
+	var alone, control []float64
 	for _, r := range fl.Rounds {
-		lo, hi = min(lo, r.Flood.Gbps/r.AloneGbps), max(hi, r.Flood.Gbps/r.AloneGbps)
+		alone, control = append(alone, r.Flood.Gbps/r.AloneGbps), append(control, r.Flood.Gbps/r.Control.Gbps)
 	}
-	fmt.Printf("\nThroughputs are medians over the rounds, ratios medians of the ratios within each round (flood/alone ranged %.2f–%.2f×); the other columns are from the last round. "+
+	gen(fmt.Sprintf("control: one fixed SYN at %.0f/s", fl.RatePPS), fl.ControlGbps, fmt.Sprintf("%.2f×", fl.ControlRatio), "1.00×", last.Control)
+	gen(fmt.Sprintf("flood: rotating SYNs at %.0f/s", fl.RatePPS), fl.FloodGbps, fmt.Sprintf("%.2f× (%s)", fl.Ratio, report.Range("%.2f", alone)),
+		fmt.Sprintf("%.2f× (%s)", fl.RatioControl, report.Range("%.2f", control)), last.Flood)
+	// The flood neither costs the established flow more than 10 % nor evicts its entry.
+	ft.Goal(report.AtLeast("vs alone", fl.Ratio, 0.9), report.Check("established entries", "kept in every run", fl.EntryKept))
+	gen("flood at full generator speed (one run)", fl.FullSpeed.Gbps, fmt.Sprintf("%.2f×", fl.FullSpeed.Gbps/fl.AloneGbps), "", fl.FullSpeed)
+	ft.Notes = append(ft.Notes, fmt.Sprintf("Throughputs are medians over the rounds, ratios medians of the ratios within each round (min–max in brackets); the other columns are from the last round. "+
 		"The generator first sends %d SYNs at full speed (the table fills and starts evicting), then %.0f/s, each evicting one entry; iperf3 starts 1 s later. "+
 		"Control: the same generator, rate and sink with one fixed tuple (each SYN a retransmission for one entry): the CPU the generator, the forwarding and the sink take on the two shared CPUs, without table churn. "+
 		"flood/control isolates the churn; flood/alone includes that CPU. "+
 		"At full speed the generator takes a whole CPU of the two and offers more than r1 drains: the veth ring into r1 overflows (offered ≫ at h2) and the flow's packets compete with the SYNs for it. "+
-		"Established entries kept in every run: %v.\n",
-		lo, hi, fl.PrefillSYNs, fl.RatePPS, fl.EntryKept)
+		"Established entries kept in every run, the full-speed one included: %v.",
+		fl.PrefillSYNs, fl.RatePPS, fl.EntryKept))
+	return append(out, ft)
 }
 
 // printQuick prints the medians of the -modes subset, without ratios.

@@ -167,13 +167,13 @@ func (b *bench) classifierCost() error {
 	}
 	t := &report.Table{
 		Title:   "Cost: classifier ns/packet (BPF_PROG_TEST_RUN, a data segment with timestamps and the option)",
-		Columns: []string{"program", "ns/packet (median of passes)", "fastest pass", "ratio to empty", "added ns"},
+		Columns: []string{"program", "ns/packet (median of passes)", "passes min–max", "ratio to empty", "added ns"},
 	}
 	data := map[string]float64{}
 	base := report.Median(progs[0].ns)
 	for _, pr := range progs {
 		m := report.Median(pr.ns)
-		t.Add(pr.name, m, slices.Min(pr.ns), m/base, m-base)
+		t.Add(pr.name, m, report.Range("%.3g", pr.ns), m/base, m-base)
 		data[pr.key] = m
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d interleaved passes of %d runs of each program, one flow on one CPU (its state stays in the table, and in the CPU's flow cache: the established path); ratio and added ns from the medians.", passes, repeat))
@@ -349,6 +349,19 @@ func ratioInterval(ratios []float64) string {
 		return fmt.Sprintf("%.3f (one pair: —)", math.Exp(mean))
 	}
 	return fmt.Sprintf("%.3f (%.3f–%.3f)", math.Exp(mean), math.Exp(mean-half), math.Exp(mean+half))
+}
+
+// geoMean is the geometric mean of ratios (NaN for none).
+func geoMean(ratios []float64) float64 {
+	if len(ratios) == 0 {
+		return math.NaN()
+	}
+	logs := make([]float64, len(ratios))
+	for i, r := range ratios {
+		logs[i] = math.Log(r)
+	}
+	mean, _ := meanInterval(logs)
+	return math.Exp(mean)
 }
 
 // meanInterval is the mean of xs and the half-width of its 95 % confidence interval

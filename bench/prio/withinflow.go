@@ -168,6 +168,11 @@ func (b *bench) flowTable(mode string, states []flowState, period time.Duration,
 		}
 		t.Add(st.name, percentile(got[st.name], 50)/1e9, ratioInterval(paired),
 			fmt.Sprintf("%.3f (%.3f–%.3f)", report.Median(paired), slices.Min(paired), slices.Max(paired)))
+		if st.key == "writer+classifier" {
+			// docs/prio.md's cost goal: the writer and the classifier keep one flow at 0.97
+			// of plain forwarding (the geometric mean over the cycles).
+			t.Goal(report.AtLeast("geometric mean ratio to plain", geoMean(paired), 0.97))
+		}
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("One iperf3 flow (%s; one CPU, as above; %s) held each state for %v, of which the last %v counted (goodput: bytes the receiving socket took), in %d cycles of all states, each cycle starting one state later. The writers are detached and attached on a cgroup of its own (the connection keeps its callbacks; off, the kernel's callback finds no program), the programs on r1's tcx egress likewise.", b.c.costCC, offloadTitle[mode], period, period-period/5, len(plain)))
 	b.table(t)

@@ -35,10 +35,18 @@ type result struct {
 	What    string         `json:"what"`
 	Value   float64        `json:"value"`
 	Unit    string         `json:"unit"`
-	Goal    string         `json:"goal"`
-	Pass    *bool          `json:"pass,omitempty"`
+	Goal    *report.Goal   `json:"goal,omitempty"`
 	Note    string         `json:"note,omitempty"`
 	Details map[string]any `json:"details,omitempty"`
+}
+
+// goal is g, or not met when the run failed (err).
+func goal(g report.Goal, err error) *report.Goal {
+	if err != nil {
+		no := false
+		g.Met, g.Value = &no, "error"
+	}
+	return &g
 }
 
 var (
@@ -73,11 +81,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "%-22s %10.1f %s %s\n", r.Name, r.Value, r.Unit, r.Note)
 		rs = append(rs, r)
 	}
-	pass := func(ok bool) *bool { return &ok }
 
 	if want("link-1500") {
 		r, err := goodput("link-1500", "1 TCP connection, 1 loopback UDP link, MTU 1500", lineTopo(0, 1500, ""), "a", "b", tcp.DefaultConfig(), *duration)
-		r.Goal, r.Pass = ">= 1000 Mbit/s", pass(err == nil && r.Value >= 1000)
+		r.Goal = goal(report.AtLeast("goodput", r.Value, 1000).In("Mbit/s"), err)
 		add(r, err)
 	}
 	if want("link-9000") {
@@ -85,7 +92,7 @@ func main() {
 	}
 	if want("router-1500") {
 		r, err := goodput("router-1500", "1 TCP connection through 1 router, MTU 1500", lineTopo(1, 1500, ""), "a", "b", tcp.DefaultConfig(), *duration)
-		r.Goal, r.Pass = ">= 600 Mbit/s", pass(err == nil && r.Value >= 600)
+		r.Goal = goal(report.AtLeast("goodput", r.Value, 600).In("Mbit/s"), err)
 		add(r, err)
 	}
 
@@ -96,18 +103,20 @@ func main() {
 		cfg := tcp.DefaultConfig()
 		cfg.CC = cc
 		r, err := goodput("loss2-"+cc, "vnet "+cc+", one link with 2% loss each way", lineTopo(0, 1500, "loss: 2%"), "a", "b", cfg, 2*(*duration))
+		metric := "goodput / Linux " + cc + "'s"
+		r.Goal = goal(report.Unjudged(metric, "≥ 0.5", "no baseline (-skip-linux)"), err)
 		if !*skipLinux {
 			lin, lerr := linuxBaseline(cc, 2*(*duration))
 			if lerr != nil {
 				r.Note = fmt.Sprintf("linux baseline unavailable: %v", lerr)
+				r.Goal = goal(report.Unjudged(metric, "≥ 0.5", "no baseline"), err)
 			} else {
 				ratio := r.Value / lin
 				if r.Details == nil {
 					r.Details = map[string]any{}
 				}
 				r.Details["linux_mbps"], r.Details["ratio"] = lin, ratio
-				r.Goal = ">= 50% of Linux " + cc
-				r.Pass = pass(err == nil && ratio >= 0.5)
+				r.Goal = goal(report.AtLeast(metric, ratio, 0.5), err)
 				r.Note = fmt.Sprintf("Linux %s %.1f Mbit/s, ratio %.2f", cc, lin, ratio)
 			}
 		}
@@ -115,24 +124,22 @@ func main() {
 	}
 	if *bigBytes > 0 && want("wrap-5g") {
 		r, err := bigTransfer(*bigBytes)
-		r.Goal = "byte-exact (sha256) across wraparound"
-		r.Pass = pass(err == nil)
+		r.Goal = goal(report.Check("data", "byte-exact (sha256) across wraparound", err == nil), nil)
 		add(r, err)
 	}
 	if want("conns") {
 		r, err := manyConns(*conns)
-		r.Goal = fmt.Sprintf("%d concurrent connections, all data exact", *conns)
-		r.Pass = pass(err == nil)
+		r.Goal = goal(report.Check(fmt.Sprintf("data of %d concurrent connections", *conns), "exact", err == nil), nil)
 		add(r, err)
 	}
 	if want("rip") {
 		r, err := ripConvergence()
-		r.Goal, r.Pass = "every table correct <= 1 s", pass(err == nil && r.Value <= 1000)
+		r.Goal = goal(report.AtMost("every table correct after", r.Value, 1000).In("ms"), err)
 		add(r, err)
 	}
 
-	printTable(rs)
-	if err := writeJSON(rs); err != nil {
+	if err := report.Save(report.Result{Name: "vnet", Tables: []*report.Table{table(rs)},
+		Data: map[string]any{"gomaxprocs": runtime.GOMAXPROCS(0), "results": rs}}); err != nil {
 		fmt.Fprintln(os.Stderr, "write results:", err)
 		os.Exit(1)
 	}
@@ -504,20 +511,18 @@ func correctRing(nw *vnet.Network, t *topo.Topology, down *topo.Link) bool {
 	return true
 }
 
-func printTable(rs []result) {
-	fmt.Printf("vnet benchmark, %s, GOMAXPROCS=%d, %s\n\n", time.Now().UTC().Format(time.RFC3339), runtime.GOMAXPROCS(0), runtime.Version())
-	fmt.Println("| benchmark | what | result | goal | met | notes |")
-	fmt.Println("|---|---|---|---|---|---|")
-	for _, r := range rs {
-		met := ""
-		if r.Pass != nil {
-			met = map[bool]string{true: "yes", false: "no"}[*r.Pass]
-		}
-		fmt.Printf("| %s | %s | %.1f %s | %s | %s | %s |\n", r.Name, r.What, r.Value, r.Unit, r.Goal, met, r.Note)
+// table is the results with their goals.
+func table(rs []result) *report.Table {
+	t := &report.Table{
+		Title:   "vnet: the user-space network",
+		Columns: []string{"benchmark", "what", "result", "notes"},
+		Notes:   []string{fmt.Sprintf("GOMAXPROCS=%d. One run each; the Linux baseline is iperf3 on a kernel lab with the same loss (docs/vnet.md).", runtime.GOMAXPROCS(0))},
 	}
-}
-
-func writeJSON(rs []result) error {
-	return report.WriteJSON("vnet", map[string]any{"benchmark": "vnet", "time": time.Now().UTC(),
-		"gomaxprocs": runtime.GOMAXPROCS(0), "go": runtime.Version(), "results": rs})
+	for _, r := range rs {
+		t.Add(r.Name, r.What, fmt.Sprintf("%.1f %s", r.Value, r.Unit), r.Note)
+		if r.Goal != nil {
+			t.Goal(*r.Goal)
+		}
+	}
+	return t
 }
