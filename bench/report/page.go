@@ -224,6 +224,19 @@ func howTo(b Bench) string {
 	return fmt.Sprintf("`BENCH=%s make bench` (%s)", b.Name, b.Duration)
 }
 
+// heading is a section's title: the bench's name alone, so that other pages link to
+// benchmarks.md#NAME, then what it measures.
+func heading(b Bench) string {
+	return fmt.Sprintf("## %s\n\n**%s.**\n\n", b.Name, upperFirst(b.Title))
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
 func about(b Bench) string {
 	return fmt.Sprintf("%s Source: `bench/%s/`; details: [docs/%s](%s).", b.About, b.Name, strings.SplitN(b.Doc, "#", 2)[0], b.Doc)
 }
@@ -231,7 +244,7 @@ func about(b Bench) string {
 func placeholder(b Bench) section {
 	var w strings.Builder
 	fmt.Fprintf(&w, "<!-- bench:%s -->\n", b.Name)
-	fmt.Fprintf(&w, "## %s: %s\n\n", b.Name, b.Title)
+	fmt.Fprint(&w, heading(b))
 	fmt.Fprintf(&w, "%s\n\n", about(b))
 	fmt.Fprintf(&w, "Not measured yet: %s makes this section.\n", howTo(b))
 	fmt.Fprintf(&w, "<!-- /bench:%s -->", b.Name)
@@ -248,7 +261,7 @@ func renderSection(b Bench, r *Result) section {
 	js, _ := json.Marshal(setup) // escapes < and >: never ends the comment
 	var w bytes.Buffer
 	fmt.Fprintf(&w, "<!-- bench:%s %s -->\n", b.Name, js)
-	fmt.Fprintf(&w, "## %s: %s\n\n", b.Name, b.Title)
+	fmt.Fprint(&w, heading(b))
 	fmt.Fprintf(&w, "%s\n\n", about(b))
 	fmt.Fprintf(&w, "Measured %s at commit %s; %s measures it again.", setup.Date, setup.Commit, howTo(b))
 	var met, judged, total int
