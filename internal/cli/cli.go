@@ -9,6 +9,8 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+
+	"github.com/flowplane/flowplane/internal/attach"
 )
 
 // ExitCoder is an error that chooses the process's exit code.
@@ -89,4 +91,20 @@ func StatusCommand[T any](short string, read func() (T, error), print func(io.Wr
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// Cleaned tells stderr, as a warning, what a crash had left that the command cleaned before
+// its work (internal/attach); stdout keeps its one line. Nothing when p is nil.
+func Cleaned(cmd *cobra.Command, p *attach.Problem) {
+	if p != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: cleaned what was left of %s: %s\n", p.What, p.Why)
+	}
+}
+
+// PrintLeftovers lists, after a status, what a crash left (internal/attach) and which command
+// cleans it.
+func PrintLeftovers(w io.Writer, ps []attach.Problem, cleaner string) {
+	for _, p := range ps {
+		fmt.Fprintf(w, "leftover: %s: %s (the next %s cleans it)\n", p.What, p.Why, cleaner)
+	}
 }
