@@ -96,15 +96,21 @@ func (a *markApply) run(cmd *cobra.Command) error {
 		fmt.Fprintf(cmd.OutOrStdout(), "%s: valid (%s, period %v)\n", a.file, c.Carrier, time.Duration(c.Period))
 		return nil
 	}
-	// A device that has a marker is refused (exit 2, "remove first"): the marker's flows and
-	// counters cannot be carried over to a new one yet.
 	if _, err := CheckMarkDevice(a.dev); err != nil {
 		return cli.Usagef("--dev: %w", err)
 	}
-	if err := Mark(a.dev, c); err != nil {
+	// A device that has a marker gets the new one in place (link.Update): no packet leaves
+	// unmarked in between, and the counters carry on.
+	res, err := ApplyMark(a.dev, c)
+	cli.Cleaned(cmd, res.Cleaned)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "altmark mark: applied on %s egress, %s, period %v, start color %d%s\n", a.dev, describeCarrier(c), time.Duration(c.Period), c.StartColor, describeDouble(c))
+	verb := "applied"
+	if res.Replaced {
+		verb = "replaced"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "altmark mark: %s on %s egress, %s, period %v, start color %d%s\n", verb, a.dev, describeCarrier(c), time.Duration(c.Period), c.StartColor, describeDouble(c))
 	return nil
 }
 
@@ -112,10 +118,11 @@ func markApplyCommand() *cobra.Command {
 	var a markApply
 	cmd := &cobra.Command{
 		Use:   "apply --dev IF --config FILE [--check]",
-		Short: "Attach the marker to an interface's egress; a marked interface is refused",
+		Short: "Attach the marker to an interface's egress, or replace the one there in place",
 		Long: `Attach the marker at the head of IF's tcx egress. The configuration is validated before
 anything attaches (exit 2 naming the field); --check only validates it. An interface that has
-a marker already is refused (exit 2): remove it first. docs/altmark.md, section Marker.`,
+a marker already gets the new one in place (link.Update): no packet leaves unmarked, the
+counters carry on, and if the new marker fails the old one stays. docs/altmark.md, section Marker.`,
 		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.run(cmd) },
 	}
@@ -139,9 +146,11 @@ func runMarkRemove(cmd *cobra.Command, dev string) error {
 	if dev == "" {
 		return cli.Usagef("altmark mark remove needs --dev; usage: altmark mark remove --dev IF")
 	}
-	if err := RemoveMark(dev); err != nil {
+	res, err := removeMark(dev)
+	cli.Cleaned(cmd, res.Cleaned)
+	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return cli.Usagef("--dev: no marker on %s in this network namespace", dev)
+			return cli.Usagef("--dev: %w", err)
 		}
 		return err
 	}
@@ -180,6 +189,10 @@ func printMarkStatus(w io.Writer, st []MarkStatus) {
 		return
 	}
 	for _, s := range st {
+		if s.Leftover != "" {
+			fmt.Fprintf(w, "%s: leftover: %s (the next altmark mark apply or remove on %s cleans it)\n", s.Dev, s.Leftover, s.Dev)
+			continue
+		}
 		c := s.Config
 		fmt.Fprintf(w, "%s: %s, period %v, start color %d%s; %d flow(s) tracked (config %s)\n", s.Dev, describeCarrier(&c), time.Duration(c.Period), c.StartColor, describeDouble(&c), s.Flows, c.File)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

@@ -89,12 +89,14 @@ func (a *hostApply) run(cmd *cobra.Command) error {
 	if err != nil {
 		return cli.Usage(err)
 	}
-	verb := "applied"
-	if HostAttached(a.name) {
-		verb = "replaced" // Host detaches the old attachment of this name, then attaches
-	}
-	if err := Host(a.name, path, p); err != nil {
+	res, err := ApplyHost(a.name, path, p)
+	cli.Cleaned(cmd, res.Cleaned)
+	if err != nil {
 		return err
+	}
+	verb := "applied"
+	if res.Replaced {
+		verb = "replaced" // link.Update swapped the program in place
 	}
 	when := "on every data segment"
 	if p.Refresh > 0 {
@@ -134,8 +136,10 @@ func hostRemoveCmd() *cobra.Command {
 }
 
 func removeHost(cmd *cobra.Command, name string) error {
-	if err := RemoveHost(name); errors.Is(err, os.ErrNotExist) {
-		return cli.Usagef("no prio host attachment %q", name)
+	res, err := hostInstance(name).Remove()
+	cli.Cleaned(cmd, res.Cleaned)
+	if errors.Is(err, os.ErrNotExist) {
+		return cli.Usage(err)
 	} else if err != nil {
 		return err
 	}
@@ -196,15 +200,25 @@ func (a *routerApply) run(cmd *cobra.Command) error {
 	if err != nil {
 		return cli.Usage(err)
 	}
-	// A device prio already shapes is refused (exit 2, "remove first"): the HTB tree cannot be
-	// swapped under live traffic yet.
 	if _, err := CheckDevice(a.dev); err != nil {
 		return cli.Usagef("--dev: %v", err)
 	}
-	if err := Router(a.dev, bps, p); err != nil {
+	// A device prio shapes already gets the new classifier in place (link.Update) and its
+	// classes' new rates; a policy that needs other classes is refused (exit 2), the router
+	// staying as it was.
+	res, err := ApplyRouter(a.dev, bps, p)
+	cli.Cleaned(cmd, res.Cleaned)
+	if errors.Is(err, ErrTreeChanged) {
+		return cli.Usage(err)
+	}
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "prio router: applied scheme %s on %s at %s, %d band(s) × %d leaves\n", p.Scheme, a.dev, units.FormatRate(bps), p.Bands(), p.Leaves)
+	verb := "applied"
+	if res.Replaced {
+		verb = "replaced"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "prio router: %s scheme %s on %s at %s, %d band(s) × %d leaves\n", verb, p.Scheme, a.dev, units.FormatRate(bps), p.Bands(), p.Leaves)
 	return nil
 }
 
@@ -212,7 +226,7 @@ func routerApplyCmd() *cobra.Command {
 	var a routerApply
 	cmd := &cobra.Command{
 		Use:   "apply --dev IF --rate R --config FILE",
-		Short: "Shape a device and attach the classifier; a device already shaped is refused",
+		Short: "Shape a device and attach the classifier, or replace them in place on a shaped device",
 		Args:  cli.ExactArgs(0),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return a.run(cmd) },
 	}
@@ -238,8 +252,10 @@ func routerRemoveCmd() *cobra.Command {
 }
 
 func removeRouter(cmd *cobra.Command, dev string) error {
-	if err := RemoveRouter(dev); errors.Is(err, os.ErrNotExist) {
-		return cli.Usagef("no prio router on %s in this network namespace", dev)
+	res, err := removeRouterInstance(dev)
+	cli.Cleaned(cmd, res.Cleaned)
+	if errors.Is(err, os.ErrNotExist) {
+		return cli.Usage(err)
 	} else if err != nil {
 		return err
 	}
@@ -248,6 +264,7 @@ func removeRouter(cmd *cobra.Command, dev string) error {
 }
 
 func printStatus(w io.Writer, st *Status) {
+	defer cli.PrintLeftovers(w, st.Leftovers, "prio router|host apply or remove")
 	if len(st.Routers)+len(st.Hosts) == 0 {
 		fmt.Fprintln(w, "no prio router in this network namespace and no prio host attachment")
 		return

@@ -77,16 +77,17 @@ func applyCmd(name *string) *cobra.Command {
 			if err := rlimit.RemoveMemlock(); err != nil {
 				return fmt.Errorf("remove memlock limit: %w", err)
 			}
-			verb := "applied"
-			if _, err := LoadRecord(*name); err == nil {
-				verb = "replaced" // Apply swaps the tables of the attached program atomically
-			}
-			rec, err := Apply(pol, data, opt)
+			rec, res, err := ApplyResult(pol, data, opt)
+			cli.Cleaned(cmd, res.Cleaned)
 			if errors.Is(err, ErrOtherCgroup) {
 				return cli.Usage(err)
 			}
 			if err != nil {
 				return err
+			}
+			verb := "applied"
+			if res.Replaced {
+				verb = "replaced" // the tables of the attached program swapped atomically
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "tune: %s policy %s on cgroup %s (%d profiles, %d rules, from %s)\n",
 				verb, rec.Name, cgroup.HostPath(rec.Cgroup), len(pol.Profiles), len(pol.Rules), rec.File)
@@ -256,6 +257,10 @@ func statusCmd(name *string) *cobra.Command {
 }
 
 func printStatus(out io.Writer, st *Status) {
+	if st.Leftover != "" {
+		fmt.Fprintf(out, "policy %s: leftover: %s (the next tune apply or remove --name %s cleans it)\n", st.Name, st.Leftover, st.Name)
+		return
+	}
 	fmt.Fprintf(out, "policy %s from %s on cgroup %s (generation %d, applied %s)\n", st.Name, st.File, st.Cgroup, st.Generation, st.Applied.Format("2006-01-02 15:04:05"))
 	fmt.Fprintf(out, "program %d, link %d\n", st.ProgramID, st.LinkID)
 	if len(st.OtherSockOp) == 0 {
@@ -302,7 +307,9 @@ func removeCmd(name *string) *cobra.Command {
 		Short: "Detach the policy and remove what apply created",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := Remove(*name); errors.Is(err, ErrNotApplied) {
+			res, err := RemoveResult(*name)
+			cli.Cleaned(cmd, res.Cleaned)
+			if errors.Is(err, ErrNotApplied) {
 				return cli.Usage(err)
 			} else if err != nil {
 				return err
