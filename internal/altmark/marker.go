@@ -87,13 +87,8 @@ func openMarker(s MarkSpec, dir string) (*markerObjects, error) {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
 	}
-	reuse, done, err := attach.Reuse(dir, spec, map[string]string{"stats": "mark_stats"}, false)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
 	objs := &markerObjects{}
-	if err := spec.LoadAndAssign(objs, &ebpf.CollectionOptions{MapReplacements: reuse}); err != nil {
+	if err := attach.Load(spec, objs, dir, map[string]string{"stats": "mark_stats"}); err != nil {
 		return nil, fmt.Errorf("load marker: %w", err)
 	}
 	for _, l := range []struct {
@@ -149,25 +144,17 @@ func ApplyMark(dev string, c *MarkConfig) (attach.Result, error) {
 	if err != nil {
 		return attach.Result{}, err
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return attach.Result{}, fmt.Errorf("remove memlock limit: %w", err)
-	}
 	in := markInstance(ns, dev)
-	var objs *markerObjects
-	defer func() {
-		if objs != nil {
-			objs.Close()
-		}
-	}()
 	return in.Apply(func(bool) (*attach.Spec, error) {
-		var err error
-		if objs, err = openMarker(c.Spec(), in.Dir()); err != nil {
+		objs, err := openMarker(c.Spec(), in.Dir())
+		if err != nil {
 			return nil, err
 		}
 		return &attach.Spec{
-			Links:  []attach.Link{{Name: "link", Hook: attach.TCXEgress(idx).AtHead(), Program: objs.AltmarkMark}},
-			Maps:   map[string]*ebpf.Map{"stats": objs.MarkStats, "flows": objs.MarkFlows},
-			Record: &MarkRecord{Dev: dev, Netns: ns, Config: *c},
+			Objects: objs,
+			Links:   []attach.Link{{Name: "link", Hook: attach.TCXEgress(idx).AtHead(), Program: objs.AltmarkMark}},
+			Maps:    map[string]*ebpf.Map{"stats": objs.MarkStats, "flows": objs.MarkFlows},
+			Record:  &MarkRecord{Dev: dev, Netns: ns, Config: *c},
 		}, nil
 	})
 }

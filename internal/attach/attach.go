@@ -29,6 +29,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +37,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/pin"
@@ -87,6 +89,9 @@ type Spec struct {
 	Undo func()
 	// Record is saved as the instance's runstate record.
 	Record any
+	// Objects (the loaded collection) are closed when Apply returns: the pins and links keep
+	// what stays. Optional.
+	Objects io.Closer
 }
 
 // Result says what Apply or Remove found.
@@ -217,32 +222,40 @@ func (in Instance) problem(st *state) *Problem {
 	return nil
 }
 
+// locked takes the subsystem's lock (unix.LOCK_SH or LOCK_EX) and reads the instance's state;
+// call unlock when done.
+func (in Instance) locked(how int) (st *state, unlock func(), err error) {
+	if unlock, err = lock(in.Pin[0], how); err != nil {
+		return nil, nil, err
+	}
+	if st, err = in.inspect(); err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return st, unlock, nil
+}
+
 // Leftover is what a crash or an outside change left of the instance, nil if nothing.
 func (in Instance) Leftover() (*Problem, error) {
-	unlock, err := lock(in.Pin[0], unix.LOCK_SH)
+	st, unlock, err := in.locked(unix.LOCK_SH)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	st, err := in.inspect()
-	if err != nil {
-		return nil, err
-	}
 	return in.problem(st), nil
 }
 
 // Apply attaches the instance from what load returns, or replaces the programs of the attached
 // instance in place (load is told which). What a crash left is cleaned first (Result.Cleaned).
 func (in Instance) Apply(load func(replacing bool) (*Spec, error)) (res Result, err error) {
-	unlock, err := lock(in.Pin[0], unix.LOCK_EX)
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return res, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	st, unlock, err := in.locked(unix.LOCK_EX)
 	if err != nil {
 		return res, err
 	}
 	defer unlock()
-	st, err := in.inspect()
-	if err != nil {
-		return res, err
-	}
 	if p := in.problem(st); p != nil {
 		if err := in.remove(st); err != nil {
 			return res, fmt.Errorf("clean what was left of %s (%s): %w", in.What, p.Why, err)
@@ -255,6 +268,9 @@ func (in Instance) Apply(load func(replacing bool) (*Spec, error)) (res Result, 
 	}
 	replacing := st.record
 	spec, err := load(replacing)
+	if spec != nil && spec.Objects != nil {
+		defer spec.Objects.Close()
+	}
 	if err != nil {
 		if replacing {
 			return res, fmt.Errorf("%w; the attached %s stays as it was", err, in.What)
@@ -322,6 +338,7 @@ func (in Instance) attachNew(spec *Spec) (held []link.Link, err error) {
 		}
 	}
 	sub, name := in.recordName()
+	stopAt("record")
 	if err := runstate.Save(sub, name, rec); err != nil {
 		if in.Teardown != nil {
 			_ = in.Teardown()
@@ -352,15 +369,11 @@ func (r *Running) Links() []link.Link { return r.links }
 func (in Instance) Start(spec *Spec) (*Running, Result, error) {
 	var res Result
 	in.Foreground = true
-	unlock, err := lock(in.Pin[0], unix.LOCK_EX)
+	st, unlock, err := in.locked(unix.LOCK_EX)
 	if err != nil {
 		return nil, res, err
 	}
 	defer unlock()
-	st, err := in.inspect()
-	if err != nil {
-		return nil, res, err
-	}
 	if p := in.problem(st); p != nil {
 		if err := in.remove(st); err != nil {
 			return nil, res, fmt.Errorf("clean what was left of %s (%s): %w", in.What, p.Why, err)
@@ -579,15 +592,11 @@ func withLinks(rec any, links []link.Link) (any, error) {
 // is an error matching ErrAbsent, naming the instance. Result.Cleaned says the instance was a
 // leftover (see Leftover) rather than whole.
 func (in Instance) Remove() (res Result, err error) {
-	unlock, err := lock(in.Pin[0], unix.LOCK_EX)
+	st, unlock, err := in.locked(unix.LOCK_EX)
 	if err != nil {
 		return res, err
 	}
 	defer unlock()
-	st, err := in.inspect()
-	if err != nil {
-		return res, err
-	}
 	if !st.record && !st.pins {
 		return res, &absentError{in.What}
 	}
@@ -602,6 +611,7 @@ func (in Instance) remove(st *state) error {
 	if err := runstate.Remove(sub, name); err != nil {
 		return fmt.Errorf("remove the record of %s: %w", in.What, err)
 	}
+	stopAt("detach")
 	for _, n := range sortedKeys(st.links) {
 		l, err := link.LoadPinnedLink(filepath.Join(in.Dir(), n), nil)
 		if err != nil {
@@ -717,6 +727,17 @@ func lock(subsystem string, how int) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
+// StopEnv names the crash point a command stops itself at (SIGSTOP), for a test to kill -9 it
+// there as a crash would: "record" (Apply, with everything attached and pinned but the record
+// not written) or "detach" (Remove, with the record gone and the links not yet detached).
+const StopEnv = "FLOWPLANE_ATTACH_STOP"
+
+func stopAt(point string) {
+	if os.Getenv(StopEnv) == point {
+		_ = unix.Kill(os.Getpid(), unix.SIGSTOP)
+	}
+}
+
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -767,4 +788,15 @@ func Reuse(dir string, spec *ebpf.CollectionSpec, names map[string]string, stric
 		maps[name] = m
 	}
 	return maps, done, nil
+}
+
+// Load is spec.LoadAndAssign(objs) on the maps pinned in dir under the names of reuse (pin
+// file → the spec's map name) that still fit: Reuse, not strict. dir "" loads afresh.
+func Load(spec *ebpf.CollectionSpec, objs any, dir string, reuse map[string]string) error {
+	maps, done, err := Reuse(dir, spec, reuse, false)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return spec.LoadAndAssign(objs, &ebpf.CollectionOptions{MapReplacements: maps})
 }

@@ -92,21 +92,16 @@ func Host(name, cgroupPath string, p *HostPolicy) error {
 // attach, the old one stays) and what a crash had left that it cleaned first.
 func ApplyHost(name, cgroupPath string, p *HostPolicy) (attach.Result, error) {
 	in := hostInstance(name)
-	var objs *hostObjects
-	defer func() {
-		if objs != nil {
-			objs.Close()
-		}
-	}()
 	return in.Apply(func(bool) (*attach.Spec, error) {
-		var err error
-		if objs, err = loadHostReusing(p, in.Dir()); err != nil {
+		objs, err := loadHostReusing(p, in.Dir())
+		if err != nil {
 			return nil, err
 		}
 		return &attach.Spec{
-			Links:  []attach.Link{{Name: "link", Hook: attach.SockOps(cgroupPath), Program: objs.PrioHost}},
-			Maps:   map[string]*ebpf.Map{"stats": objs.PrioHostStats},
-			Record: &HostRecord{Name: name, Cgroup: cgroup.HostPath(cgroupPath), File: p.File, Refresh: p.Refresh, MinInterval: p.MinInterval},
+			Objects: objs,
+			Links:   []attach.Link{{Name: "link", Hook: attach.SockOps(cgroupPath), Program: objs.PrioHost}},
+			Maps:    map[string]*ebpf.Map{"stats": objs.PrioHostStats},
+			Record:  &HostRecord{Name: name, Cgroup: cgroup.HostPath(cgroupPath), File: p.File, Refresh: p.Refresh, MinInterval: p.MinInterval},
 		}, nil
 	})
 }
@@ -154,13 +149,8 @@ func loadHostReusing(p *HostPolicy, dir string) (*hostObjects, error) {
 	if err := spec.Variables["min_interval_ns"].Set(onCoarseClock(p.MinInterval, tick)); err != nil {
 		return nil, fmt.Errorf("set min_interval_ns: %w", err)
 	}
-	reuse, done, err := attach.Reuse(dir, spec, map[string]string{"stats": "prio_host_stats"}, false)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
 	var objs hostObjects
-	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: reuse}); err != nil {
+	if err := attach.Load(spec, &objs, dir, map[string]string{"stats": "prio_host_stats"}); err != nil {
 		return nil, fmt.Errorf("load host program: %w", err)
 	}
 	for i, s := range sels {

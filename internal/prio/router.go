@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -104,16 +103,7 @@ func ApplyRouter(dev string, rate uint64, p *RouterPolicy) (attach.Result, error
 	if err != nil {
 		return attach.Result{}, err
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return attach.Result{}, fmt.Errorf("remove memlock limit: %w", err)
-	}
 	in := routerInstance(ns, dev)
-	var objs *classifierObjects
-	defer func() {
-		if objs != nil {
-			objs.Close()
-		}
-	}()
 	tree := newHTB(l, rate, p)
 	return in.Apply(func(replacing bool) (*attach.Spec, error) {
 		if replacing {
@@ -121,13 +111,14 @@ func ApplyRouter(dev string, rate uint64, p *RouterPolicy) (attach.Result, error
 				return nil, err
 			}
 		}
-		var err error
-		if objs, err = loadClassifierReusing(p, cacheSlots, in.Dir()); err != nil {
+		objs, err := loadClassifierReusing(p, cacheSlots, in.Dir())
+		if err != nil {
 			return nil, err
 		}
 		return &attach.Spec{
-			Links: []attach.Link{{Name: "link", Hook: attach.TCXEgress(l.Attrs().Index), Program: objs.PrioClassify}},
-			Maps:  map[string]*ebpf.Map{"flows": objs.PrioFlows, "cache": objs.PrioCache, "stats": objs.PrioStats},
+			Objects: objs,
+			Links:   []attach.Link{{Name: "link", Hook: attach.TCXEgress(l.Attrs().Index), Program: objs.PrioClassify}},
+			Maps:    map[string]*ebpf.Map{"flows": objs.PrioFlows, "cache": objs.PrioCache, "stats": objs.PrioStats},
 			Setup: func(replacing bool) error {
 				if replacing {
 					return tree.change()
@@ -192,13 +183,8 @@ func loadClassifierReusing(p *RouterPolicy, slots uint32, dir string) (*classifi
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
 	}
-	reuse, done, err := attach.Reuse(dir, spec, map[string]string{"stats": "prio_stats"}, false)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
 	objs := &classifierObjects{}
-	if err := spec.LoadAndAssign(objs, &ebpf.CollectionOptions{MapReplacements: reuse}); err != nil {
+	if err := attach.Load(spec, objs, dir, map[string]string{"stats": "prio_stats"}); err != nil {
 		return nil, fmt.Errorf("load classifier: %w", err)
 	}
 	for _, t := range p.Trust {
