@@ -32,6 +32,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -734,7 +735,11 @@ const StopEnv = "FLOWPLANE_ATTACH_STOP"
 
 func stopAt(point string) {
 	if os.Getenv(StopEnv) == point {
-		_ = unix.Kill(os.Getpid(), unix.SIGSTOP)
+		// To this thread, which then stops before it runs on: a signal to the process may be
+		// taken by another thread while this one goes on a few steps.
+		runtime.LockOSThread()
+		_ = unix.Tgkill(os.Getpid(), unix.Gettid(), unix.SIGSTOP)
+		runtime.UnlockOSThread()
 	}
 }
 
