@@ -136,7 +136,6 @@ type state struct {
 
 type pinned struct {
 	target uint64
-	typ    link.Type
 	prog   ebpf.ProgramID
 }
 
@@ -199,7 +198,7 @@ func (in Instance) inspect() (*state, error) {
 		if !ok {
 			st.dead = append(st.dead, e.Name())
 		}
-		st.links[e.Name()] = pinned{target: t, typ: info.Type, prog: info.Program}
+		st.links[e.Name()] = pinned{target: t, prog: info.Program}
 	}
 	return st, nil
 }
@@ -249,6 +248,9 @@ func (in Instance) Leftover() (*Problem, error) {
 // Apply attaches the instance from what load returns, or replaces the programs of the attached
 // instance in place (load is told which). What a crash left is cleaned first (Result.Cleaned).
 func (in Instance) Apply(load func(replacing bool) (*Spec, error)) (res Result, err error) {
+	if in.Foreground {
+		return res, errors.New("attach: Apply on a foreground instance; use Start")
+	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return res, fmt.Errorf("remove memlock limit: %w", err)
 	}
@@ -264,9 +266,6 @@ func (in Instance) Apply(load func(replacing bool) (*Spec, error)) (res Result, 
 		res.Cleaned = p
 		st = &state{links: map[string]pinned{}}
 	}
-	if in.Foreground {
-		return res, errors.New("attach: Apply on a foreground instance; use Start")
-	}
 	replacing := st.record
 	spec, err := load(replacing)
 	if spec != nil && spec.Objects != nil {
@@ -279,8 +278,9 @@ func (in Instance) Apply(load func(replacing bool) (*Spec, error)) (res Result, 
 		return res, err
 	}
 	if replacing {
-		res.Replaced = true
-		return res, in.replace(st, spec)
+		err = in.replace(st, spec)
+		res.Replaced = err == nil
+		return res, err
 	}
 	_, err = in.attachNew(spec)
 	return res, err
