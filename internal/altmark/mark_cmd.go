@@ -1,11 +1,9 @@
 package altmark
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -102,13 +100,9 @@ func (a *markApply) run(cmd *cobra.Command) error {
 	// A device that has a marker gets the new one in place (link.Update): no packet leaves
 	// unmarked in between, and the counters carry on.
 	res, err := ApplyMark(a.dev, c)
-	cli.Cleaned(cmd, res.Cleaned)
+	verb, err := cli.Applied(cmd, res, err)
 	if err != nil {
 		return err
-	}
-	verb := "applied"
-	if res.Replaced {
-		verb = "replaced"
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "altmark mark: %s on %s egress, %s, period %v, start color %d%s\n", verb, a.dev, describeCarrier(c), time.Duration(c.Period), c.StartColor, describeDouble(c))
 	return nil
@@ -147,11 +141,10 @@ func runMarkRemove(cmd *cobra.Command, dev string) error {
 		return cli.Usagef("altmark mark remove needs --dev; usage: altmark mark remove --dev IF")
 	}
 	res, err := removeMark(dev)
-	cli.Cleaned(cmd, res.Cleaned)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return cli.Usagef("--dev: %w", err)
-		}
+		err = fmt.Errorf("--dev: %w", err)
+	}
+	if err := cli.Removed(cmd, res, err); err != nil {
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "altmark mark: removed from %s\n", dev)

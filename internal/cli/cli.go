@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -107,4 +108,34 @@ func PrintLeftovers(w io.Writer, ps []attach.Problem, cleaner string) {
 	for _, p := range ps {
 		fmt.Fprintf(w, "leftover: %s: %s (the next %s cleans it)\n", p.What, p.Why, cleaner)
 	}
+}
+
+// Applied reports an apply through internal/attach: what it cleaned first (Cleaned) and the
+// verb of its one line, "applied" or "replaced". An error matching one of usage is a usage
+// error (exit 2).
+func Applied(cmd *cobra.Command, res attach.Result, err error, usage ...error) (string, error) {
+	Cleaned(cmd, res.Cleaned)
+	if err != nil {
+		return "", usageIf(err, usage)
+	}
+	if res.Replaced {
+		return "replaced", nil
+	}
+	return "applied", nil
+}
+
+// Removed reports a remove through internal/attach: what it cleaned (Cleaned); nothing to
+// remove (os.ErrNotExist, or an error matching one of usage) is a usage error naming it.
+func Removed(cmd *cobra.Command, res attach.Result, err error, usage ...error) error {
+	Cleaned(cmd, res.Cleaned)
+	return usageIf(err, append(usage, os.ErrNotExist))
+}
+
+func usageIf(err error, usage []error) error {
+	for _, u := range usage {
+		if errors.Is(err, u) {
+			return Usage(err)
+		}
+	}
+	return err
 }

@@ -5,10 +5,8 @@
 package prio
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -89,14 +87,10 @@ func (a *hostApply) run(cmd *cobra.Command) error {
 	if err != nil {
 		return cli.Usage(err)
 	}
-	res, err := ApplyHost(a.name, path, p)
-	cli.Cleaned(cmd, res.Cleaned)
+	res, err := ApplyHost(a.name, path, p) // again: link.Update swaps the program in place
+	verb, err := cli.Applied(cmd, res, err)
 	if err != nil {
 		return err
-	}
-	verb := "applied"
-	if res.Replaced {
-		verb = "replaced" // link.Update swapped the program in place
 	}
 	when := "on every data segment"
 	if p.Refresh > 0 {
@@ -137,10 +131,7 @@ func hostRemoveCmd() *cobra.Command {
 
 func removeHost(cmd *cobra.Command, name string) error {
 	res, err := hostInstance(name).Remove()
-	cli.Cleaned(cmd, res.Cleaned)
-	if errors.Is(err, os.ErrNotExist) {
-		return cli.Usage(err)
-	} else if err != nil {
+	if err := cli.Removed(cmd, res, err); err != nil {
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "prio host: removed %q\n", name)
@@ -207,16 +198,9 @@ func (a *routerApply) run(cmd *cobra.Command) error {
 	// classes' new rates; a policy that needs other classes is refused (exit 2), the router
 	// staying as it was.
 	res, err := ApplyRouter(a.dev, bps, p)
-	cli.Cleaned(cmd, res.Cleaned)
-	if errors.Is(err, ErrTreeChanged) {
-		return cli.Usage(err)
-	}
+	verb, err := cli.Applied(cmd, res, err, ErrTreeChanged)
 	if err != nil {
 		return err
-	}
-	verb := "applied"
-	if res.Replaced {
-		verb = "replaced"
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "prio router: %s scheme %s on %s at %s, %d band(s) × %d leaves\n", verb, p.Scheme, a.dev, units.FormatRate(bps), p.Bands(), p.Leaves)
 	return nil
@@ -253,10 +237,7 @@ func routerRemoveCmd() *cobra.Command {
 
 func removeRouter(cmd *cobra.Command, dev string) error {
 	res, err := removeRouterInstance(dev)
-	cli.Cleaned(cmd, res.Cleaned)
-	if errors.Is(err, os.ErrNotExist) {
-		return cli.Usage(err)
-	} else if err != nil {
+	if err := cli.Removed(cmd, res, err); err != nil {
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "prio router: removed from %s\n", dev)

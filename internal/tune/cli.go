@@ -77,17 +77,10 @@ func applyCmd(name *string) *cobra.Command {
 			if err := rlimit.RemoveMemlock(); err != nil {
 				return fmt.Errorf("remove memlock limit: %w", err)
 			}
-			rec, res, err := ApplyResult(pol, data, opt)
-			cli.Cleaned(cmd, res.Cleaned)
-			if errors.Is(err, ErrOtherCgroup) {
-				return cli.Usage(err)
-			}
+			rec, res, err := ApplyResult(pol, data, opt) // again: the tables swap atomically
+			verb, err := cli.Applied(cmd, res, err, ErrOtherCgroup)
 			if err != nil {
 				return err
-			}
-			verb := "applied"
-			if res.Replaced {
-				verb = "replaced" // the tables of the attached program swapped atomically
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "tune: %s policy %s on cgroup %s (%d profiles, %d rules, from %s)\n",
 				verb, rec.Name, cgroup.HostPath(rec.Cgroup), len(pol.Profiles), len(pol.Rules), rec.File)
@@ -308,10 +301,7 @@ func removeCmd(name *string) *cobra.Command {
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res, err := RemoveResult(*name)
-			cli.Cleaned(cmd, res.Cleaned)
-			if errors.Is(err, ErrNotApplied) {
-				return cli.Usage(err)
-			} else if err != nil {
+			if err := cli.Removed(cmd, res, err, ErrNotApplied); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "tune: removed policy %s\n", *name)
