@@ -877,3 +877,59 @@ func client() int {
 	fmt.Println(string(data))
 	return 0
 }
+
+// TestLifecycleProbe: the altmark probe attaches with attach.Attach and pins nothing: it runs
+// in the foreground and its links are its own. Under traffic, a kill -9 leaves no program on
+// the device and nothing pinned or recorded, and the next run attaches again.
+func TestLifecycleProbe(t *testing.T) {
+	testenv.Privileged(t)
+	l := newLab(t, false)
+	cfg := writeConfig(t, l, "probe", fmt.Sprintf("probe_id: p1\ninterfaces:\n  - {name: %s, direction: both}\nperiod: 100ms\nperiods: 0\ncarrier: dscp\ndscp_bits: [0, 1]\nhash_bits: 8\nnmax: 1000\ndata_dir: %s\n",
+		l.DevA, filepath.Join(l.Dir, "data")))
+	programs := func() int {
+		n := 0
+		err := nsrun.Do(l.A, func() error {
+			ifc, err := net.InterfaceByName(l.DevA)
+			if err != nil {
+				return err
+			}
+			for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+				q, err := link.QueryPrograms(link.QueryOptions{Target: ifc.Index, Attach: at})
+				if err != nil {
+					return err
+				}
+				n += len(q.Programs)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	attached := func(run *running) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); programs() != 2; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the probe did not attach to both directions of %s: %s", l.DevA, run.stderr.String())
+			}
+		}
+	}
+	tr := startTraffic(t, l)
+	run := startRun(t, l.A, []string{"altmark", "probe", "run", "--config", cfg})
+	attached(run)
+	time.Sleep(dwell)
+	run.kill(t)
+	if n := programs(); n != 0 {
+		t.Errorf("%d tcx programs left on %s after kill -9", n, l.DevA)
+	}
+	nothingPinned(t, "altmark-probe")
+	run = startRun(t, l.A, []string{"altmark", "probe", "run", "--config", cfg})
+	attached(run)
+	time.Sleep(dwell)
+	run.stop(t)
+	tr.stop(t)
+	if n := programs(); n != 0 {
+		t.Errorf("%d tcx programs left on %s after the probe stopped", n, l.DevA)
+	}
+}
