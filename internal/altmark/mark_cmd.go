@@ -1,11 +1,9 @@
 package altmark
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -96,15 +94,17 @@ func (a *markApply) run(cmd *cobra.Command) error {
 		fmt.Fprintf(cmd.OutOrStdout(), "%s: valid (%s, period %v)\n", a.file, c.Carrier, time.Duration(c.Period))
 		return nil
 	}
-	// A device that has a marker is refused (exit 2, "remove first"): the marker's flows and
-	// counters cannot be carried over to a new one yet.
 	if _, err := CheckMarkDevice(a.dev); err != nil {
 		return cli.Usagef("--dev: %w", err)
 	}
-	if err := Mark(a.dev, c); err != nil {
+	// A device that has a marker gets the new one in place (link.Update): no packet leaves
+	// unmarked in between, and the counters carry on.
+	res, err := ApplyMark(a.dev, c)
+	verb, err := cli.Applied(cmd, res, err)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "altmark mark: applied on %s egress, %s, period %v, start color %d%s\n", a.dev, describeCarrier(c), time.Duration(c.Period), c.StartColor, describeDouble(c))
+	fmt.Fprintf(cmd.OutOrStdout(), "altmark mark: %s on %s egress, %s, period %v, start color %d%s\n", verb, a.dev, describeCarrier(c), time.Duration(c.Period), c.StartColor, describeDouble(c))
 	return nil
 }
 
@@ -112,10 +112,12 @@ func markApplyCommand() *cobra.Command {
 	var a markApply
 	cmd := &cobra.Command{
 		Use:   "apply --dev IF --config FILE [--check]",
-		Short: "Attach the marker to an interface's egress; a marked interface is refused",
+		Short: "Attach the marker to an interface's egress, or replace the one there in place",
 		Long: `Attach the marker at the head of IF's tcx egress. The configuration is validated before
 anything attaches (exit 2 naming the field); --check only validates it. An interface that has
-a marker already is refused (exit 2): remove it first. docs/altmark.md, sections Marker configuration and The marker.`,
+a marker already gets the new one in place (link.Update): no packet leaves unmarked, the
+counters carry on, and if the new marker fails the old one stays. docs/altmark.md, sections
+Marker configuration and The marker.`,
 		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.run(cmd) },
 	}
@@ -139,10 +141,11 @@ func runMarkRemove(cmd *cobra.Command, dev string) error {
 	if dev == "" {
 		return cli.Usagef("altmark mark remove needs --dev; usage: altmark mark remove --dev IF")
 	}
-	if err := RemoveMark(dev); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return cli.Usagef("--dev: no marker on %s in this network namespace", dev)
-		}
+	res, err := removeMark(dev)
+	if err != nil {
+		err = fmt.Errorf("--dev: %w", err)
+	}
+	if err := cli.Removed(cmd, res, err); err != nil {
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "altmark mark: removed from %s\n", dev)
@@ -180,6 +183,10 @@ func printMarkStatus(w io.Writer, st []MarkStatus) {
 		return
 	}
 	for _, s := range st {
+		if s.Leftover != "" {
+			fmt.Fprintf(w, "%s: leftover: %s (the next altmark mark apply or remove on %s cleans it)\n", s.Dev, s.Leftover, s.Dev)
+			continue
+		}
 		c := s.Config
 		fmt.Fprintf(w, "%s: %s, period %v, start color %d%s; %d flow(s) tracked (config %s)\n", s.Dev, describeCarrier(&c), time.Duration(c.Period), c.StartColor, describeDouble(&c), s.Flows, c.File)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

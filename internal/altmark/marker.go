@@ -1,18 +1,16 @@
 package altmark
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
+	"github.com/flowplane/flowplane/internal/attach"
 	"github.com/flowplane/flowplane/internal/match"
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/runstate"
@@ -33,6 +31,9 @@ type MarkRecord struct {
 // MarkStatus is one marker and its counters.
 type MarkStatus struct {
 	MarkRecord
+	// Leftover says why this marker is listed though it is not whole: what a crash left, which
+	// the next mark apply or remove on the device cleans (internal/attach). Only Dev is set.
+	Leftover string            `json:"leftover,omitempty"`
 	Flows    int               `json:"flows"` // flows in the per-flow table
 	Counters map[string]uint64 `json:"counters"`
 }
@@ -61,8 +62,9 @@ func lpmKey(p netip.Prefix) markerMarkLpmKey {
 	return markerMarkLpmKey{Prefixlen: uint32(bits), Addr: a.As16()}
 }
 
-// openMarker loads the marker with s's constants and prefixes (nothing attached).
-func openMarker(s MarkSpec) (*markerObjects, error) {
+// openMarker loads the marker with s's constants and prefixes (nothing attached), on the
+// counters pinned in dir if there are any (dir "": fresh ones).
+func openMarker(s MarkSpec, dir string) (*markerObjects, error) {
 	spec, err := loadMarker()
 	if err != nil {
 		return nil, fmt.Errorf("load marker spec: %w", err)
@@ -86,7 +88,7 @@ func openMarker(s MarkSpec) (*markerObjects, error) {
 		}
 	}
 	objs := &markerObjects{}
-	if err := spec.LoadAndAssign(objs, nil); err != nil {
+	if err := attach.Load(spec, objs, dir, map[string]string{"stats": "mark_stats"}); err != nil {
 		return nil, fmt.Errorf("load marker: %w", err)
 	}
 	for _, l := range []struct {
@@ -106,89 +108,70 @@ func openMarker(s MarkSpec) (*markerObjects, error) {
 func markPin(ns, dev string) []string      { return []string{markSubsystem, ns, dev} }
 func markRecordName(ns, dev string) string { return ns + "-" + dev }
 
-// ErrMarked says the device has a marker already.
-var ErrMarked = errors.New("device already marked")
+// markInstance is a marker as internal/attach knows it.
+func markInstance(ns, dev string) attach.Instance {
+	return attach.Instance{Pin: markPin(ns, dev), What: fmt.Sprintf("marker on %s in this network namespace", dev)}
+}
 
-// CheckMarkDevice returns dev's index, or a usage-grade error: no such interface, or a marker
-// on it already.
+// CheckMarkDevice returns dev's index, or a usage-grade error: no such interface.
 func CheckMarkDevice(dev string) (int, error) {
 	ifc, err := net.InterfaceByName(dev)
 	if err != nil {
 		return 0, fmt.Errorf("interface %q: no such network interface in this network namespace", dev)
-	}
-	ns, err := pin.ThisNetns()
-	if err != nil {
-		return 0, err
-	}
-	if _, err := os.Stat(filepath.Join(pin.Path(markPin(ns, dev)...), "link")); err == nil {
-		return 0, fmt.Errorf("%w: %s has a marker; run `flowplane altmark mark remove --dev %s` first", ErrMarked, dev, dev)
 	}
 	return ifc.Index, nil
 }
 
 // Mark loads the marker for c and attaches it at the head of dev's tcx egress (before a probe
 // on the same device, which then counts the colored packet), pinning link and maps per
-// network namespace and device. Anything that fails undoes what came before it.
-func Mark(dev string, c *MarkConfig) (err error) {
-	idx, err := CheckMarkDevice(dev)
-	if err != nil {
-		return err
-	}
-	ns, err := pin.ThisNetns()
-	if err != nil {
-		return err
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return fmt.Errorf("remove memlock limit: %w", err)
-	}
-	objs, err := openMarker(c.Spec())
-	if err != nil {
-		return err
-	}
-	defer objs.Close()
-	defer func() {
-		if err != nil {
-			_ = pin.Remove(markPin(ns, dev)...)
-		}
-	}()
-	tl, err := link.AttachTCX(link.TCXOptions{Interface: idx, Program: objs.AltmarkMark, Attach: ebpf.AttachTCXEgress, Anchor: link.Head()})
-	if err != nil {
-		return fmt.Errorf("attach marker to %s egress: %w", dev, err)
-	}
-	defer tl.Close() // the pin keeps it attached
-	dir, err := pin.Dir(markPin(ns, dev)...)
-	if err != nil {
-		return err
-	}
-	for name, pinner := range map[string]interface{ Pin(string) error }{"stats": objs.MarkStats, "flows": objs.MarkFlows, "link": tl} {
-		if err := pinner.Pin(filepath.Join(dir, name)); err != nil {
-			return fmt.Errorf("pin %s: %w", name, err)
-		}
-	}
-	return runstate.Save(markSubsystem, markRecordName(ns, dev), &MarkRecord{Dev: dev, Netns: ns, Config: *c})
+// network namespace and device (ApplyMark).
+func Mark(dev string, c *MarkConfig) error {
+	_, err := ApplyMark(dev, c)
+	return err
 }
 
-// RemoveMark detaches the marker from dev in this network namespace; os.ErrNotExist if there
-// is none.
-func RemoveMark(dev string) error {
+// ApplyMark is Mark, saying whether it replaced a marker already on dev and what a crash had
+// left that it cleaned first. A replacement swaps the program in place with link.Update, at
+// the same place in the egress chain: every packet is marked by the old marker or the new
+// one, the counters carry on and the flow table starts afresh. If the new marker fails to load
+// or attach, the old one stays. Anything that fails undoes what came before it.
+func ApplyMark(dev string, c *MarkConfig) (attach.Result, error) {
+	idx, err := CheckMarkDevice(dev)
+	if err != nil {
+		return attach.Result{}, err
+	}
 	ns, err := pin.ThisNetns()
 	if err != nil {
-		return err
+		return attach.Result{}, err
 	}
-	dir := pin.Path(markPin(ns, dev)...)
-	_, statErr := os.Stat(dir)
-	_, recErr := os.Stat(runstate.Path(markSubsystem, markRecordName(ns, dev)))
-	if statErr != nil && recErr != nil {
-		return os.ErrNotExist
+	in := markInstance(ns, dev)
+	return in.Apply(func(bool) (*attach.Spec, error) {
+		objs, err := openMarker(c.Spec(), in.Dir())
+		if err != nil {
+			return nil, err
+		}
+		return &attach.Spec{
+			Objects: objs,
+			Links:   []attach.Link{{Name: "link", Hook: attach.TCXEgress(idx).AtHead(), Program: objs.AltmarkMark}},
+			Maps:    map[string]*ebpf.Map{"stats": objs.MarkStats, "flows": objs.MarkFlows},
+			Record:  &MarkRecord{Dev: dev, Netns: ns, Config: *c},
+		}, nil
+	})
+}
+
+// RemoveMark detaches the marker from dev in this network namespace; an error matching
+// os.ErrNotExist if there is none.
+func RemoveMark(dev string) error {
+	_, err := removeMark(dev)
+	return err
+}
+
+func removeMark(dev string) (attach.Result, error) {
+	ns, err := pin.ThisNetns()
+	if err != nil {
+		return attach.Result{}, err
 	}
-	// The record goes first, so that a concurrent status stops listing what is being removed.
-	errs := []error{runstate.Remove(markSubsystem, markRecordName(ns, dev))}
-	if tl, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); err == nil {
-		errs = append(errs, tl.Unpin())
-		tl.Close() // the last reference: detached
-	}
-	errs = append(errs, pin.Remove(markPin(ns, dev)...))
-	return errors.Join(errs...)
+	return markInstance(ns, dev).Remove()
 }
 
 // ReadMarkStatus reads every marker of this network namespace.
@@ -199,39 +182,62 @@ func ReadMarkStatus() ([]MarkStatus, error) {
 	}
 	out := []MarkStatus{}
 	err = runstate.Each(markSubsystem, func(n string) error {
-		if !strings.HasPrefix(n, ns+"-") {
+		dev, ok := strings.CutPrefix(n, ns+"-")
+		if !ok {
 			return nil
 		}
-		var st MarkStatus
-		if err := runstate.Load(markSubsystem, n, &st.MarkRecord); err != nil {
-			return err
-		}
-		st.Config.Period = Duration(time.Duration(st.Config.PeriodMs) * time.Millisecond)
-		dir := pin.Path(markPin(ns, st.Dev)...)
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "stats"), &ebpf.LoadPinOptions{ReadOnly: true})
+		st, err := readMarker(ns, n)
 		if err != nil {
-			return fmt.Errorf("marker on %s: open counters: %w", st.Dev, err)
-		}
-		st.Counters, err = markCounters(m)
-		m.Close()
-		if err != nil {
-			return err
-		}
-		if fm, err := ebpf.LoadPinnedMap(filepath.Join(dir, "flows"), &ebpf.LoadPinOptions{ReadOnly: true}); err == nil {
-			var k markerMarkFlowKey
-			it := fm.Iterate()
-			for it.Next(&k, new(markerMarkFlow)) {
-				st.Flows++
+			if p, lerr := markInstance(ns, dev).Leftover(); lerr == nil && p != nil {
+				return nil // listed with the leftovers below
 			}
-			fm.Close()
+			return err
 		}
-		out = append(out, st)
+		out = append(out, *st)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	left, err := attach.Leftovers(markSubsystem, func(n string) (attach.Instance, bool) {
+		dev, ok := strings.CutPrefix(n, ns+"-")
+		return markInstance(ns, dev), ok
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range left {
+		out = append(out, MarkStatus{MarkRecord: MarkRecord{Dev: p.Pin[len(p.Pin)-1], Netns: ns}, Leftover: p.Why})
+	}
 	return out, nil
+}
+
+// readMarker reads the marker of record n.
+func readMarker(ns, n string) (*MarkStatus, error) {
+	var st MarkStatus
+	if err := runstate.Load(markSubsystem, n, &st.MarkRecord); err != nil {
+		return nil, err
+	}
+	st.Config.Period = Duration(time.Duration(st.Config.PeriodMs) * time.Millisecond)
+	dir := pin.Path(markPin(ns, st.Dev)...)
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "stats"), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("marker on %s: open counters: %w", st.Dev, err)
+	}
+	st.Counters, err = markCounters(m)
+	m.Close()
+	if err != nil {
+		return nil, err
+	}
+	if fm, err := ebpf.LoadPinnedMap(filepath.Join(dir, "flows"), &ebpf.LoadPinOptions{ReadOnly: true}); err == nil {
+		var k markerMarkFlowKey
+		it := fm.Iterate()
+		for it.Next(&k, new(markerMarkFlow)) {
+			st.Flows++
+		}
+		fm.Close()
+	}
+	return &st, nil
 }
 
 // markCounters sums the per-CPU counters of a marker's stats map by name.
@@ -259,7 +265,7 @@ func LoadMarkerProgram(c *MarkConfig) (*MarkerProgram, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
-	objs, err := openMarker(c.Spec())
+	objs, err := openMarker(c.Spec(), "")
 	if err != nil {
 		return nil, err
 	}

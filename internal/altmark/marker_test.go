@@ -40,7 +40,7 @@ func loadMark(t *testing.T, src string) (*markerObjects, *MarkConfig) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := openMarker(c.Spec())
+	objs, err := openMarker(c.Spec(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

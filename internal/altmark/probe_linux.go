@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/flowplane/flowplane/internal/attach"
 	"github.com/flowplane/flowplane/internal/stats"
 )
 
@@ -235,11 +236,11 @@ func (p *Probe) Programs() (in, out *ebpf.Program) {
 // nothing stays attached.
 func (p *Probe) Attach() error {
 	for _, kp := range p.points {
-		prog, at := p.objs.AltmarkProbeIn, ebpf.AttachTCXIngress
+		prog, hook := p.objs.AltmarkProbeIn, attach.TCXIngress(int(kp.ifindex))
 		if kp.Direction == "out" {
-			prog, at = p.objs.AltmarkProbeOut, ebpf.AttachTCXEgress
+			prog, hook = p.objs.AltmarkProbeOut, attach.TCXEgress(int(kp.ifindex))
 		}
-		l, err := link.AttachTCX(link.TCXOptions{Interface: int(kp.ifindex), Program: prog, Attach: at})
+		l, err := attach.Attach(hook, prog)
 		if err != nil {
 			for _, l := range p.links {
 				l.Close()

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/flowplane/flowplane/internal/attach"
 )
 
 // ExitCoder is an error that chooses the process's exit code.
@@ -89,4 +92,50 @@ func StatusCommand[T any](short string, read func() (T, error), print func(io.Wr
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// Cleaned tells stderr, as a warning, what a crash had left that the command cleaned before
+// its work (internal/attach); stdout keeps its one line. Nothing when p is nil.
+func Cleaned(cmd *cobra.Command, p *attach.Problem) {
+	if p != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: cleaned what was left of %s: %s\n", p.What, p.Why)
+	}
+}
+
+// PrintLeftovers lists, after a status, what a crash left (internal/attach) and which command
+// cleans it.
+func PrintLeftovers(w io.Writer, ps []attach.Problem, cleaner string) {
+	for _, p := range ps {
+		fmt.Fprintf(w, "leftover: %s: %s (the next %s cleans it)\n", p.What, p.Why, cleaner)
+	}
+}
+
+// Applied reports an apply through internal/attach: what it cleaned first (Cleaned) and the
+// verb of its one line, "applied" or "replaced". An error matching one of usage is a usage
+// error (exit 2).
+func Applied(cmd *cobra.Command, res attach.Result, err error, usage ...error) (string, error) {
+	Cleaned(cmd, res.Cleaned)
+	if err != nil {
+		return "", usageIf(err, usage)
+	}
+	if res.Replaced {
+		return "replaced", nil
+	}
+	return "applied", nil
+}
+
+// Removed reports a remove through internal/attach: what it cleaned (Cleaned); nothing to
+// remove (os.ErrNotExist, or an error matching one of usage) is a usage error naming it.
+func Removed(cmd *cobra.Command, res attach.Result, err error, usage ...error) error {
+	Cleaned(cmd, res.Cleaned)
+	return usageIf(err, append(usage, os.ErrNotExist))
+}
+
+func usageIf(err error, usage []error) error {
+	for _, u := range usage {
+		if errors.Is(err, u) {
+			return Usage(err)
+		}
+	}
+	return err
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/spf13/cobra"
 
+	"github.com/flowplane/flowplane/internal/attach"
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/ipnet"
 	"github.com/flowplane/flowplane/internal/pin"
@@ -245,6 +246,9 @@ type Status struct {
 	UnconfirmedEvicted uint64         `json:"unconfirmed_evicted"`
 	Interfaces         []IfaceHook    `json:"interfaces"`
 	Running            bool           `json:"running"` // a run is attached
+	// Leftover says what a run killed before it could clean up left (the next run or remove
+	// cleans it; internal/attach).
+	Leftover string `json:"leftover,omitempty"`
 }
 
 // ReadStatus reads the status of this network namespace's instance.
@@ -263,14 +267,37 @@ func ReadStatus() (*Status, error) {
 		if err != nil {
 			return err
 		}
-		if hooks == nil {
+		run, left, err := runState()
+		if err != nil {
+			return err
+		}
+		if hooks != nil && !run && left == nil {
+			left = &attach.Problem{Why: "ct_hooks lists interfaces but no run recorded them (a run killed while it attached)"}
+		}
+		if !run || hooks == nil {
 			hooks = []IfaceHook{}
 		}
 		st = &Status{Counters: c, Entries: map[string]int{"confirmed": conf, "unconfirmed": unconf},
-			UnconfirmedEvicted: Evicted(c, unconf), Interfaces: hooks, Running: len(hooks) > 0}
+			UnconfirmedEvicted: Evicted(c, unconf), Interfaces: hooks, Running: run}
+		if left != nil {
+			st.Leftover = left.Why
+		}
 		return nil
 	})
 	return st, err
+}
+
+// runState says whether a run is attached in this namespace, or what a killed one left.
+func runState() (running bool, left *attach.Problem, err error) {
+	inst, err := Instance()
+	if err != nil {
+		return false, nil, err
+	}
+	in := runInstance(inst)
+	if left, err = in.Leftover(); err != nil || left != nil {
+		return false, left, err
+	}
+	return in.HasRecord(), nil, nil
 }
 
 func statusCmd() *cobra.Command {
@@ -280,8 +307,11 @@ func statusCmd() *cobra.Command {
 func printStatus(w io.Writer, st *Status) {
 	c, hooks := st.Counters, st.Interfaces
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if len(hooks) == 0 {
+	if !st.Running {
 		fmt.Fprintf(tw, "running\tno (the tables are pinned; no run is attached)\n")
+	}
+	if st.Leftover != "" {
+		fmt.Fprintf(tw, "leftover\t%s (the next run or remove cleans it)\n", st.Leftover)
 	}
 	for _, h := range hooks {
 		fmt.Fprintf(tw, "interface %s\t%s, hook %s\n", h.Interface, h.Role, h.Hook)
@@ -447,6 +477,16 @@ func removeCmd() *cobra.Command {
 			dir := pin.Path("conntrack", inst)
 			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 				return cli.Usagef("no conntrack instance in this network namespace (%s): nothing to remove", dir)
+			}
+			// A record left by a run that was killed goes first, with internal/attach's order.
+			if _, left, err := runState(); err != nil {
+				return err
+			} else if left != nil {
+				if _, err := runInstance(inst).Remove(); err != nil && !errors.Is(err, attach.ErrAbsent) {
+					return err
+				}
+				left.What = runInstance(inst).What
+				cli.Cleaned(cmd, left)
 			}
 			if err := pin.Remove("conntrack", inst); err != nil {
 				return err

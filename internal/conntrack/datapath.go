@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/flowplane/flowplane/internal/attach"
 	"github.com/flowplane/flowplane/internal/pin"
 )
 
@@ -105,22 +106,18 @@ func load(cfg *resolved, dir string, pinned bool) (*Datapath, error) {
 	}
 	spec.Maps["ct_main"].MaxEntries = cfg.confirmed
 	spec.Maps["ct_emb"].MaxEntries = cfg.embryonic
-	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
+	opts := &ebpf.CollectionOptions{}
 	if pinned {
+		names := map[string]string{}
 		for _, n := range persistent {
-			m, err := ebpf.LoadPinnedMap(filepath.Join(dir, n), nil)
-			if errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("open pinned %s: %w", n, err)
-			}
-			defer m.Close()
-			if err := spec.Maps[n].Compatible(m); err != nil {
-				return nil, fmt.Errorf("%s: %w", n, err)
-			}
-			opts.MapReplacements[n] = m
+			names[n] = n
 		}
+		reuse, done, err := attach.Reuse(dir, spec, names, true)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		opts.MapReplacements = reuse
 	}
 	d := &Datapath{dir: dir, hook: cfg.hook}
 	if cfg.hook == HookAuto {
@@ -305,44 +302,46 @@ func (d *Datapath) Attach(ifc *net.Interface, inside bool) error {
 	return d.AttachHook(ifc, inside, d.hook)
 }
 
-// AttachHook gives ifc its role and attaches the program to it: XDP in native (driver) mode,
-// falling back to generic mode, or TC at tcx ingress.
+// AttachHook gives ifc its role and attaches the program to it (see link): the link is the
+// Datapath's, closed by Close.
 func (d *Datapath) AttachHook(ifc *net.Interface, inside bool, hook string) error {
+	l, err := d.link(ifc, inside, hook)
+	if err != nil {
+		return err
+	}
+	lk, err := attach.Attach(l.Hook, l.Program)
+	if err != nil {
+		return fmt.Errorf("attach %s: %w", ifc.Name, err)
+	}
+	d.links = append(d.links, lk)
+	return nil
+}
+
+// link gives ifc its role and says what to attach to it: XDP in native (driver) mode, falling
+// back to generic mode, or TC at tcx ingress.
+func (d *Datapath) link(ifc *net.Interface, inside bool, hook string) (attach.Link, error) {
 	prog := d.prog
 	switch {
 	case hook == d.hook:
 	case hook == HookTC && d.other != nil:
 		prog = d.other
 	default:
-		return fmt.Errorf("attach %s: the %s build is not loaded", ifc.Name, hook)
+		return attach.Link{}, fmt.Errorf("attach %s: the %s build is not loaded", ifc.Name, hook)
 	}
 	if err := d.addInterface(ifc.Index, inside, hook); err != nil {
-		return err
+		return attach.Link{}, err
 	}
 	if err := d.recordHook(ifc.Index, hook, inside); err != nil {
-		return err
+		return attach.Link{}, err
 	}
 	if err := d.SetMAC(ifc.Index, ifc.HardwareAddr); err != nil {
-		return err
+		return attach.Link{}, err
 	}
+	h := attach.XDP(ifc.Index)
 	if hook == HookTC {
-		l, err := link.AttachTCX(link.TCXOptions{Program: prog, Attach: ebpf.AttachTCXIngress, Interface: ifc.Index})
-		if err != nil {
-			return fmt.Errorf("attach tcx ingress to %s: %w", ifc.Name, err)
-		}
-		d.links = append(d.links, l)
-		return nil
+		h = attach.TCXIngress(ifc.Index)
 	}
-	l, err := link.AttachXDP(link.XDPOptions{Program: d.objs.ConntrackXdp, Interface: ifc.Index, Flags: link.XDPDriverMode})
-	if err != nil {
-		slog.Warn("native XDP failed; using generic mode", "interface", ifc.Name, "err", err)
-		l, err = link.AttachXDP(link.XDPOptions{Program: d.objs.ConntrackXdp, Interface: ifc.Index, Flags: link.XDPGenericMode})
-	}
-	if err != nil {
-		return fmt.Errorf("attach XDP to %s: %w", ifc.Name, err)
-	}
-	d.links = append(d.links, l)
-	return nil
+	return attach.Link{Name: ifc.Name, Hook: h, Program: prog}, nil
 }
 
 func (d *Datapath) pin() error {

@@ -7,7 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
+
+	"github.com/flowplane/flowplane/internal/attach"
+	"github.com/flowplane/flowplane/internal/cli"
+	"github.com/flowplane/flowplane/internal/pin"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -43,10 +49,36 @@ func run(ctx context.Context, cfg *resolved, inside, outside []*net.Interface, m
 		}
 		slog.Info("conntrack detached; the table stays pinned", "dir", d.dir)
 	}()
+	inst, err := Instance()
+	if err != nil {
+		return err
+	}
+	var links []attach.Link
+	rec := &RunRecord{PID: os.Getpid()}
 	for _, p := range plan {
-		if err := d.AttachHook(p.ifc, p.inside, p.hook); err != nil {
+		l, err := d.link(p.ifc, p.inside, p.hook)
+		if err != nil {
 			return err
 		}
+		links = append(links, l)
+		rec.Interfaces = append(rec.Interfaces, IfaceHook{Interface: p.ifc.Name, Index: p.ifc.Index, Role: role(p.inside), Hook: p.hook})
+	}
+	r, res, err := runInstance(inst).Start(&attach.Spec{Links: links, Record: rec})
+	if res.Cleaned != nil {
+		slog.Warn("cleaned what was left of "+res.Cleaned.What, "why", res.Cleaned.Why)
+	}
+	if errors.Is(err, attach.ErrRunning) {
+		return cli.Usagef("%v: stop that run first", err)
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := r.Stop(); err != nil {
+			slog.Warn("detach conntrack", "err", err)
+		}
+	}()
+	for _, p := range plan {
 		if p.why != "" {
 			slog.Info("conntrack hook", "interface", p.ifc.Name, "hook", p.hook, "why", p.why)
 		} else {
@@ -79,6 +111,32 @@ func run(ctx context.Context, cfg *resolved, inside, outside []*net.Interface, m
 		ready()
 	}
 	return sweepLoop(ctx, t)
+}
+
+// RunRecord is what a running `conntrack run` records (/run/flowplane/conntrack/<netns>.json,
+// with its links' IDs): status tells a run that is attached from one that was killed.
+type RunRecord struct {
+	PID        int         `json:"pid"`
+	Interfaces []IfaceHook `json:"interfaces"`
+}
+
+// runInstance is a namespace's `conntrack run` as internal/attach knows it: in the foreground,
+// its links held by the process; Teardown drops ct_hooks, which lists them for status.
+func runInstance(inst string) attach.Instance {
+	return attach.Instance{Pin: []string{"conntrack", inst}, What: "conntrack run in this network namespace", Foreground: true,
+		Teardown: func() error {
+			if err := os.Remove(filepath.Join(pin.Path("conntrack", inst), "ct_hooks")); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			return nil
+		}}
+}
+
+func role(inside bool) string {
+	if inside {
+		return "inside"
+	}
+	return "outside"
 }
 
 func names(ifs []*net.Interface) []string {

@@ -35,7 +35,7 @@ func classifierWith(t *testing.T, p *RouterPolicy, slots uint32) *classifierObje
 	if p.Trust == nil {
 		p.Trust = []netip.Prefix{netip.MustParsePrefix("198.18.1.0/24"), netip.MustParsePrefix("fd00:1::/64")}
 	}
-	objs, err := loadClassifierWith(p, slots)
+	objs, err := loadClassifierReusing(p, slots, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,8 @@
 package prio
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -89,11 +87,9 @@ func (a *hostApply) run(cmd *cobra.Command) error {
 	if err != nil {
 		return cli.Usage(err)
 	}
-	verb := "applied"
-	if HostAttached(a.name) {
-		verb = "replaced" // Host detaches the old attachment of this name, then attaches
-	}
-	if err := Host(a.name, path, p); err != nil {
+	res, err := ApplyHost(a.name, path, p) // again: link.Update swaps the program in place
+	verb, err := cli.Applied(cmd, res, err)
+	if err != nil {
 		return err
 	}
 	when := "on every data segment"
@@ -134,9 +130,8 @@ func hostRemoveCmd() *cobra.Command {
 }
 
 func removeHost(cmd *cobra.Command, name string) error {
-	if err := RemoveHost(name); errors.Is(err, os.ErrNotExist) {
-		return cli.Usagef("no prio host attachment %q", name)
-	} else if err != nil {
+	res, err := hostInstance(name).Remove()
+	if err := cli.Removed(cmd, res, err); err != nil {
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "prio host: removed %q\n", name)
@@ -196,15 +191,18 @@ func (a *routerApply) run(cmd *cobra.Command) error {
 	if err != nil {
 		return cli.Usage(err)
 	}
-	// A device prio already shapes is refused (exit 2, "remove first"): the HTB tree cannot be
-	// swapped under live traffic yet.
 	if _, err := CheckDevice(a.dev); err != nil {
 		return cli.Usagef("--dev: %v", err)
 	}
-	if err := Router(a.dev, bps, p); err != nil {
+	// A device prio shapes already gets the new classifier in place (link.Update) and its
+	// classes' new rates; a policy that needs other classes is refused (exit 2), the router
+	// staying as it was.
+	res, err := ApplyRouter(a.dev, bps, p)
+	verb, err := cli.Applied(cmd, res, err, ErrTreeChanged)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "prio router: applied scheme %s on %s at %s, %d band(s) × %d leaves\n", p.Scheme, a.dev, units.FormatRate(bps), p.Bands(), p.Leaves)
+	fmt.Fprintf(cmd.OutOrStdout(), "prio router: %s scheme %s on %s at %s, %d band(s) × %d leaves\n", verb, p.Scheme, a.dev, units.FormatRate(bps), p.Bands(), p.Leaves)
 	return nil
 }
 
@@ -212,7 +210,7 @@ func routerApplyCmd() *cobra.Command {
 	var a routerApply
 	cmd := &cobra.Command{
 		Use:   "apply --dev IF --rate R --config FILE",
-		Short: "Shape a device and attach the classifier; a device already shaped is refused",
+		Short: "Shape a device and attach the classifier, or replace them in place on a shaped device",
 		Args:  cli.ExactArgs(0),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return a.run(cmd) },
 	}
@@ -238,9 +236,8 @@ func routerRemoveCmd() *cobra.Command {
 }
 
 func removeRouter(cmd *cobra.Command, dev string) error {
-	if err := RemoveRouter(dev); errors.Is(err, os.ErrNotExist) {
-		return cli.Usagef("no prio router on %s in this network namespace", dev)
-	} else if err != nil {
+	res, err := removeRouterInstance(dev)
+	if err := cli.Removed(cmd, res, err); err != nil {
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "prio router: removed from %s\n", dev)
@@ -248,6 +245,7 @@ func removeRouter(cmd *cobra.Command, dev string) error {
 }
 
 func printStatus(w io.Writer, st *Status) {
+	defer cli.PrintLeftovers(w, st.Leftovers, "prio router|host apply or remove")
 	if len(st.Routers)+len(st.Hosts) == 0 {
 		fmt.Fprintln(w, "no prio router in this network namespace and no prio host attachment")
 		return

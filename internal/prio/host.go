@@ -1,21 +1,16 @@
 package prio
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/flowplane/flowplane/internal/attach"
 	"github.com/flowplane/flowplane/internal/cgroup"
-	"github.com/flowplane/flowplane/internal/pin"
-	"github.com/flowplane/flowplane/internal/runstate"
 )
 
 const subsystem = "prio"
@@ -34,13 +29,9 @@ func hostPin(name string) []string { return []string{subsystem, "host-" + name} 
 // DefaultHost is the name of a host attachment when none is given.
 const DefaultHost = "default"
 
-// HostAttached says whether a host attachment called name exists (its pins or its record).
-func HostAttached(name string) bool {
-	if _, err := os.Stat(pin.Path(hostPin(name)...)); err == nil {
-		return true
-	}
-	_, err := os.Stat(runstate.Path(subsystem, "host-"+name))
-	return err == nil
+// hostInstance is a host attachment as internal/attach knows it.
+func hostInstance(name string) attach.Instance {
+	return attach.Instance{Pin: hostPin(name), What: fmt.Sprintf("prio host attachment %q", name)}
 }
 
 // selectors expands a policy into the program's table: one entry per remote prefix × local
@@ -89,49 +80,45 @@ func mapped(p netip.Prefix) ([16]uint8, uint8) {
 }
 
 // Host attaches the option writer to a cgroup v2 (beside any other sock_ops program, tune's
-// included) and pins it under name. A second Host with the same name replaces the first.
-func Host(name, cgroupPath string, p *HostPolicy) (err error) {
-	objs, err := loadHostFor(p)
-	if err != nil {
-		return err
-	}
-	defer objs.Close()
-	_ = RemoveHost(name) // a re-apply replaces the old attachment
-	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupPath, Attach: ebpf.AttachCGroupSockOps, Program: objs.PrioHost})
-	if err != nil {
-		return fmt.Errorf("attach sock_ops to %s: %w", cgroupPath, err)
-	}
-	defer l.Close()
-	dir, err := pin.Dir(hostPin(name)...)
-	if err != nil {
-		return err
-	}
-	defer func() {
+// included) and pins it under name. A second Host with the same name replaces the program in
+// place (ApplyHost).
+func Host(name, cgroupPath string, p *HostPolicy) error {
+	_, err := ApplyHost(name, cgroupPath, p)
+	return err
+}
+
+// ApplyHost is Host, saying whether it replaced an attached writer (link.Update on the pinned
+// link: no moment without a writer, the counters carry on; if the new one fails to load or
+// attach, the old one stays) and what a crash had left that it cleaned first.
+func ApplyHost(name, cgroupPath string, p *HostPolicy) (attach.Result, error) {
+	in := hostInstance(name)
+	return in.Apply(func(bool) (*attach.Spec, error) {
+		objs, err := loadHostReusing(p, in.Dir())
 		if err != nil {
-			_ = pin.Remove(hostPin(name)...)
+			return nil, err
 		}
-	}()
-	if err := l.Pin(filepath.Join(dir, "link")); err != nil {
-		return fmt.Errorf("pin host link: %w", err)
-	}
-	if err := objs.PrioHostStats.Pin(filepath.Join(dir, "stats")); err != nil {
-		return fmt.Errorf("pin host counters: %w", err)
-	}
-	return runstate.Save(subsystem, "host-"+name, &HostRecord{Name: name, Cgroup: cgroup.HostPath(cgroupPath), File: p.File, Refresh: p.Refresh, MinInterval: p.MinInterval})
+		return &attach.Spec{
+			Objects: objs,
+			Links:   []attach.Link{{Name: "link", Hook: attach.SockOps(cgroupPath), Program: objs.PrioHost}},
+			Maps:    map[string]*ebpf.Map{"stats": objs.PrioHostStats},
+			Record:  &HostRecord{Name: name, Cgroup: cgroup.HostPath(cgroupPath), File: p.File, Refresh: p.Refresh, MinInterval: p.MinInterval},
+		}, nil
+	})
 }
 
 // HostProgram loads the option writer for p without attaching it, for benchmarks; close the
 // closer when done.
 func HostProgram(p *HostPolicy) (*ebpf.Program, io.Closer, error) {
-	objs, err := loadHostFor(p)
+	objs, err := loadHostReusing(p, "")
 	if err != nil {
 		return nil, nil, err
 	}
 	return objs.PrioHost, objs, nil
 }
 
-// loadHostFor loads the option writer with p's selectors and intervals.
-func loadHostFor(p *HostPolicy) (*hostObjects, error) {
+// loadHostReusing loads the option writer with p's selectors and intervals, on the counters
+// pinned in dir if there are any (dir "": fresh ones).
+func loadHostReusing(p *HostPolicy, dir string) (*hostObjects, error) {
 	sels, err := selectors(p)
 	if err != nil {
 		return nil, err
@@ -163,7 +150,7 @@ func loadHostFor(p *HostPolicy) (*hostObjects, error) {
 		return nil, fmt.Errorf("set min_interval_ns: %w", err)
 	}
 	var objs hostObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+	if err := attach.Load(spec, &objs, dir, map[string]string{"stats": "prio_host_stats"}); err != nil {
 		return nil, fmt.Errorf("load host program: %w", err)
 	}
 	for i, s := range sels {
@@ -175,19 +162,9 @@ func loadHostFor(p *HostPolicy) (*hostObjects, error) {
 	return &objs, nil
 }
 
-// RemoveHost detaches and unpins a host attachment; os.ErrNotExist if there is none.
+// RemoveHost detaches and unpins a host attachment; an error matching os.ErrNotExist if there
+// is none.
 func RemoveHost(name string) error {
-	dir := pin.Path(hostPin(name)...)
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		if _, err := os.Stat(runstate.Path(subsystem, "host-"+name)); errors.Is(err, os.ErrNotExist) {
-			return os.ErrNotExist
-		}
-	}
-	// The record goes first, so that a concurrent status stops listing what is being removed.
-	recErr := runstate.Remove(subsystem, "host-"+name)
-	if l, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); err == nil {
-		_ = l.Unpin()
-		_ = l.Close() // the last reference: the program leaves the cgroup
-	}
-	return errors.Join(recErr, pin.Remove(hostPin(name)...))
+	_, err := hostInstance(name).Remove()
+	return err
 }

@@ -198,15 +198,23 @@ func TestRouterBadInputAppliesNothing(t *testing.T) {
 		if _, err := os.Stat(pin.Path(routerPin(ino, dev.Name)...)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("pins left by rejected runs: %v", err)
 		}
-		// The same device twice: the second is refused, the first stays.
+		// The same device twice: the second replaces the first in place; one that needs other
+		// classes is refused (exit 2) and the first stays.
 		if out, err := runCLI("router", "apply", "--dev", dev.Name, "--rate", "10mbit", "--config", good); err != nil {
 			return err
 		} else if want := "prio router: applied scheme fair on " + dev.Name + " at 10mbit"; !strings.HasPrefix(out, want) || strings.Count(out, "\n") != 1 {
 			t.Errorf("router apply printed %q, want one line %q…", out, want)
 		}
 		defer func() { _ = RemoveRouter(dev.Name) }()
-		if _, err := runCLI("router", "apply", "--dev", dev.Name, "--rate", "10mbit", "--config", good); cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), "already carries a flowplane prio qdisc; run `flowplane prio router remove --dev "+dev.Name+"` first") {
-			t.Errorf("a second router on %s: exit %d, %v", dev.Name, cli.ExitCode(err), err)
+		if out, err := runCLI("router", "apply", "--dev", dev.Name, "--rate", "20mbit", "--config", good); err != nil || !strings.HasPrefix(out, "prio router: replaced scheme fair on "+dev.Name+" at 20mbit") {
+			t.Errorf("a second router on %s: %v, %q; want it replaced", dev.Name, err, out)
+		}
+		wider := filepath.Join(dir, "wider.yaml")
+		if err := os.WriteFile(wider, []byte("scheme: fair\nleaves: 3\n"), 0o644); err != nil {
+			return err
+		}
+		if _, err := runCLI("router", "apply", "--dev", dev.Name, "--rate", "10mbit", "--config", wider); cli.ExitCode(err) != 2 || !errors.Is(err, ErrTreeChanged) || !strings.Contains(err.Error(), "stays as it was") {
+			t.Errorf("a router with other classes on %s: exit %d, %v; want exit 2, ErrTreeChanged", dev.Name, cli.ExitCode(err), err)
 		}
 		if out, err := runCLI("router", "remove", "--dev", dev.Name); err != nil || out != "prio router: removed from "+dev.Name+"\n" {
 			t.Errorf("router remove: %v, %q", err, out)

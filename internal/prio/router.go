@@ -5,21 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/flowplane/flowplane/internal/attach"
 	"github.com/flowplane/flowplane/internal/pin"
-	"github.com/flowplane/flowplane/internal/runstate"
 )
 
 // Major is the handle of the HTB qdisc `prio router` builds (fa:), so a device that carries
@@ -46,8 +42,13 @@ var ErrBusy = errors.New("device busy")
 // replaceable root qdiscs: the defaults a device comes with.
 var replaceable = map[string]bool{"noqueue": true, "pfifo_fast": true, "mq": true}
 
-// CheckDevice returns the device, or a usage-grade error: missing, or carrying a qdisc that
-// is flowplane's already or someone else's.
+// ErrTreeChanged says a re-apply would need another HTB tree: the classes can change their
+// rates in place, but not come or go under live traffic.
+var ErrTreeChanged = errors.New("the HTB tree would change")
+
+// CheckDevice returns the device, or a usage-grade error: missing, or carrying a root qdisc
+// that is someone else's. flowplane's own (fa:) is fine: apply replaces in place, or cleans
+// what a crash left.
 func CheckDevice(dev string) (netlink.Link, error) {
 	l, err := netlink.LinkByName(dev)
 	if err != nil {
@@ -59,11 +60,8 @@ func CheckDevice(dev string) (netlink.Link, error) {
 	}
 	for _, q := range qs {
 		a := q.Attrs()
-		if a.Parent != netlink.HANDLE_ROOT {
+		if a.Parent != netlink.HANDLE_ROOT || (a.Handle>>16 == Major && q.Type() == "htb") {
 			continue
-		}
-		if a.Handle>>16 == Major && q.Type() == "htb" {
-			return nil, fmt.Errorf("%w: %s already carries a flowplane prio qdisc; run `flowplane prio router remove --dev %s` first", ErrBusy, dev, dev)
 		}
 		if !replaceable[q.Type()] {
 			return nil, fmt.Errorf("%w: %s has a %s root qdisc (handle %x:) that prio would replace; remove it first (tc qdisc del dev %s root)", ErrBusy, dev, q.Type(), a.Handle>>16, dev)
@@ -72,51 +70,68 @@ func CheckDevice(dev string) (netlink.Link, error) {
 	return l, nil
 }
 
+// routerInstance is a router as internal/attach knows it: the HTB tree is its Teardown.
+func routerInstance(ns, dev string) attach.Instance {
+	return attach.Instance{Pin: routerPin(ns, dev), What: fmt.Sprintf("prio router on %s in this network namespace", dev),
+		Teardown: func() error {
+			l, err := netlink.LinkByName(dev)
+			if err != nil {
+				return nil // the device is gone, and its qdiscs with it
+			}
+			return deleteHTB(l)
+		}}
+}
+
 // Router builds the policy's HTB tree on dev's egress at rate (bits/s), loads the classifier
-// and attaches it at tcx egress, all pinned per network namespace and device. Anything that
-// fails undoes what came before it.
-func Router(dev string, rate uint64, p *RouterPolicy) (err error) {
+// and attaches it at tcx egress, all pinned per network namespace and device (ApplyRouter).
+func Router(dev string, rate uint64, p *RouterPolicy) error {
+	_, err := ApplyRouter(dev, rate, p)
+	return err
+}
+
+// ApplyRouter is Router, saying whether it replaced an attached router in place and what a
+// crash had left that it cleaned first. A replacement swaps the classifier with link.Update
+// (the counters carry on; the flow table starts afresh) and changes the classes' rates and
+// queue limits in place; a policy that needs other classes is refused (ErrTreeChanged), the
+// router staying as it was. Anything that fails undoes what came before it.
+func ApplyRouter(dev string, rate uint64, p *RouterPolicy) (attach.Result, error) {
 	l, err := CheckDevice(dev)
 	if err != nil {
-		return err
+		return attach.Result{}, err
 	}
 	ns, err := pin.ThisNetns()
 	if err != nil {
-		return err
+		return attach.Result{}, err
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return fmt.Errorf("remove memlock limit: %w", err)
-	}
-	objs, err := loadClassifierFor(p)
-	if err != nil {
-		return err
-	}
-	defer objs.Close()
-	if err := buildHTB(l, rate, p); err != nil {
-		_ = deleteHTB(l)
-		return err
-	}
-	defer func() {
+	in := routerInstance(ns, dev)
+	tree := newHTB(l, rate, p)
+	return in.Apply(func(replacing bool) (*attach.Spec, error) {
+		if replacing {
+			if err := tree.sameShape(); err != nil {
+				return nil, err
+			}
+		}
+		objs, err := loadClassifierReusing(p, cacheSlots, in.Dir())
 		if err != nil {
-			_ = deleteHTB(l)
-			_ = pin.Remove(routerPin(ns, dev)...)
+			return nil, err
 		}
-	}()
-	tl, err := link.AttachTCX(link.TCXOptions{Interface: l.Attrs().Index, Program: objs.PrioClassify, Attach: ebpf.AttachTCXEgress})
-	if err != nil {
-		return fmt.Errorf("attach classifier to %s egress: %w", dev, err)
-	}
-	defer tl.Close()
-	dir, err := pin.Dir(routerPin(ns, dev)...)
-	if err != nil {
-		return err
-	}
-	for name, pinner := range map[string]interface{ Pin(string) error }{"link": tl, "flows": objs.PrioFlows, "cache": objs.PrioCache, "stats": objs.PrioStats} {
-		if err := pinner.Pin(filepath.Join(dir, name)); err != nil {
-			return fmt.Errorf("pin %s: %w", name, err)
-		}
-	}
-	return runstate.Save(subsystem, routerRecordName(ns, dev), &RouterRecord{Dev: dev, Rate: rate, File: p.File, Scheme: p.Scheme, Bands: p.Bands(), Leaves: p.Leaves})
+		return &attach.Spec{
+			Objects: objs,
+			Links:   []attach.Link{{Name: "link", Hook: attach.TCXEgress(l.Attrs().Index), Program: objs.PrioClassify}},
+			Maps:    map[string]*ebpf.Map{"flows": objs.PrioFlows, "cache": objs.PrioCache, "stats": objs.PrioStats},
+			Setup: func(replacing bool) error {
+				if replacing {
+					return tree.change()
+				}
+				if err := tree.build(); err != nil {
+					_ = deleteHTB(l)
+					return err
+				}
+				return nil
+			},
+			Record: &RouterRecord{Dev: dev, Rate: rate, File: p.File, Scheme: p.Scheme, Bands: p.Bands(), Leaves: p.Leaves},
+		}, nil
+	})
 }
 
 // ClassifierProgram loads the classifier for p, with or without its flow cache, without
@@ -126,7 +141,7 @@ func ClassifierProgram(p *RouterPolicy, cache bool) (*ebpf.Program, io.Closer, e
 	if cache {
 		slots = cacheSlots
 	}
-	objs, err := loadClassifierWith(p, slots)
+	objs, err := loadClassifierReusing(p, slots, "")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -136,14 +151,10 @@ func ClassifierProgram(p *RouterPolicy, cache bool) (*ebpf.Program, io.Closer, e
 // cacheSlots is the size of each CPU's flow cache (a power of two): 1024 slots of 88 bytes.
 const cacheSlots = 1024
 
-// loadClassifierFor loads the classifier with p's constants and trusted prefixes.
-func loadClassifierFor(p *RouterPolicy) (*classifierObjects, error) {
-	return loadClassifierWith(p, cacheSlots)
-}
-
-// loadClassifierWith is loadClassifierFor with slots flow cache slots per CPU (a power of
-// two; 0: no cache, every packet reads the flow table).
-func loadClassifierWith(p *RouterPolicy, slots uint32) (*classifierObjects, error) {
+// loadClassifierReusing loads the classifier with p's constants and trusted prefixes, slots
+// flow cache slots per CPU (a power of two; 0: no cache, every packet reads the flow table),
+// on the counters pinned in dir if there are any (dir "": fresh ones).
+func loadClassifierReusing(p *RouterPolicy, slots uint32, dir string) (*classifierObjects, error) {
 	spec, err := loadClassifier()
 	if err != nil {
 		return nil, fmt.Errorf("load classifier spec: %w", err)
@@ -173,7 +184,7 @@ func loadClassifierWith(p *RouterPolicy, slots uint32) (*classifierObjects, erro
 		}
 	}
 	objs := &classifierObjects{}
-	if err := spec.LoadAndAssign(objs, nil); err != nil {
+	if err := attach.Load(spec, objs, dir, map[string]string{"stats": "prio_stats"}); err != nil {
 		return nil, fmt.Errorf("load classifier: %w", err)
 	}
 	for _, t := range p.Trust {
@@ -207,24 +218,26 @@ func onCoarseClock(d, tick time.Duration) uint64 {
 	return uint64((d + tick).Nanoseconds())
 }
 
-// buildHTB makes the tree: root fa: → fa:1 (the link rate) → one leaf per band and
+// htbTree is the tree a policy needs: root fa: → fa:1 (the link rate) → one leaf per band and
 // slot, fa:(band+1)<<8|leaf, each with a pfifo of p.Limit packets. Leaves of one band share
 // its guaranteed rate equally, may borrow up to the link rate, and borrow in band order (HTB
 // prio = band, capped at HTB's 8 levels): the excess goes to the best band that wants it.
-func buildHTB(l netlink.Link, rate uint64, p *RouterPolicy) error {
+type htbTree struct {
+	l       netlink.Link
+	root    *netlink.Htb
+	classes []*netlink.HtbClass // fa:1 first, then the leaves
+	limit   int
+}
+
+func newHTB(l netlink.Link, rate uint64, p *RouterPolicy) *htbTree {
 	idx := l.Attrs().Index
-	root := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(Major, 0), Parent: netlink.HANDLE_ROOT})
-	root.Defcls = ClassID(Major, p.DefaultBand(), 0) & 0xffff
-	if err := netlink.QdiscReplace(root); err != nil {
-		return fmt.Errorf("add htb qdisc to %s: %w", l.Attrs().Name, err)
-	}
+	t := &htbTree{l: l, limit: p.Limit}
+	t.root = netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(Major, 0), Parent: netlink.HANDLE_ROOT})
+	t.root.Defcls = ClassID(Major, p.DefaultBand(), 0) & 0xffff
 	mtu := uint64(l.Attrs().MTU)
 	burst := func(r uint64) uint32 { return uint32(max(64<<10, r/8*2/1000) + mtu + 14) }
-	top := netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: idx, Parent: netlink.MakeHandle(Major, 0), Handle: netlink.MakeHandle(Major, 1)},
-		netlink.HtbClassAttrs{Rate: rate, Ceil: rate, Buffer: burst(rate), Cbuffer: burst(rate), Quantum: uint32(min(max(rate/8/10, 1514), 200000))})
-	if err := netlink.ClassAdd(top); err != nil {
-		return fmt.Errorf("add htb class %x:1: %w", Major, err)
-	}
+	t.classes = append(t.classes, netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: idx, Parent: netlink.MakeHandle(Major, 0), Handle: netlink.MakeHandle(Major, 1)},
+		netlink.HtbClassAttrs{Rate: rate, Ceil: rate, Buffer: burst(rate), Cbuffer: burst(rate), Quantum: uint32(min(max(rate/8/10, 1514), 200000))}))
 	bands := p.Bands()
 	bandRate := rate // fifo: the one class has the link
 	switch p.Scheme {
@@ -233,7 +246,6 @@ func buildHTB(l netlink.Link, rate uint64, p *RouterPolicy) error {
 	default:
 		bandRate = uint64(float64(rate) * p.MinRate)
 	}
-	var batch bytes.Buffer
 	for b := range bands {
 		prio, quantum := uint32(min(b, 7)), uint32(1514)
 		if p.Weighted {
@@ -246,22 +258,87 @@ func buildHTB(l netlink.Link, rate uint64, p *RouterPolicy) error {
 		}
 		for leaf := range p.Leaves {
 			leafRate := max(bandRate/uint64(p.Leaves), 8000)
-			id := ClassID(Major, b, leaf)
-			c := netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: idx, Parent: netlink.MakeHandle(Major, 1), Handle: id},
-				netlink.HtbClassAttrs{Rate: leafRate, Ceil: rate, Buffer: burst(leafRate), Cbuffer: burst(rate), Quantum: quantum, Prio: prio})
-			if err := netlink.ClassAdd(c); err != nil {
-				return fmt.Errorf("add htb class %x:%x: %w", Major, id&0xffff, err)
-			}
-			fmt.Fprintf(&batch, "qdisc add dev %s parent %x:%x pfifo limit %d\n", l.Attrs().Name, Major, id&0xffff, p.Limit)
+			t.classes = append(t.classes, netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: idx, Parent: netlink.MakeHandle(Major, 1), Handle: ClassID(Major, b, leaf)},
+				netlink.HtbClassAttrs{Rate: leafRate, Ceil: rate, Buffer: burst(leafRate), Cbuffer: burst(rate), Quantum: quantum, Prio: prio}))
 		}
 	}
-	// netlink has no pfifo with a limit: one tc run adds every leaf queue.
+	return t
+}
+
+// build makes the tree on the device.
+func (t *htbTree) build() error {
+	if err := netlink.QdiscReplace(t.root); err != nil {
+		return fmt.Errorf("add htb qdisc to %s: %w", t.l.Attrs().Name, err)
+	}
+	for _, c := range t.classes {
+		if err := netlink.ClassAdd(c); err != nil {
+			return fmt.Errorf("add htb class %x:%x: %w", Major, c.Handle&0xffff, err)
+		}
+	}
+	return t.leafQueues("add")
+}
+
+// leafQueues adds (or changes) every leaf's pfifo: netlink has no pfifo with a limit, so one
+// tc run does them all.
+func (t *htbTree) leafQueues(verb string) error {
+	var batch bytes.Buffer
+	for _, c := range t.classes[1:] {
+		fmt.Fprintf(&batch, "qdisc %s dev %s parent %x:%x pfifo limit %d\n", verb, t.l.Attrs().Name, Major, c.Handle&0xffff, t.limit)
+	}
 	cmd := exec.Command("tc", "-batch", "-")
 	cmd.Stdin = &batch
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("add leaf queues with tc: %w: %s", err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s leaf queues with tc: %w: %s", verb, err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// sameShape says whether the device's tree has t's classes and default class, so that change
+// can turn it into t in place; ErrTreeChanged otherwise.
+func (t *htbTree) sameShape() error {
+	name := t.l.Attrs().Name
+	qs, err := netlink.QdiscList(t.l)
+	if err != nil {
+		return fmt.Errorf("list qdiscs of %s: %w", name, err)
+	}
+	var root *netlink.Htb
+	for _, q := range qs {
+		if h, ok := q.(*netlink.Htb); ok && h.Parent == netlink.HANDLE_ROOT && h.Handle>>16 == Major {
+			root = h
+		}
+	}
+	if root == nil {
+		return fmt.Errorf("%s has no prio HTB qdisc (fa:) to change", name)
+	}
+	have, err := netlink.ClassList(t.l, netlink.MakeHandle(Major, 0))
+	if err != nil {
+		return fmt.Errorf("list classes of %s: %w", name, err)
+	}
+	var a, b []uint32
+	for _, c := range have {
+		a = append(a, c.Attrs().Handle)
+	}
+	for _, c := range t.classes {
+		b = append(b, c.Handle)
+	}
+	slices.Sort(a)
+	slices.Sort(b)
+	if !slices.Equal(a, b) || root.Defcls != t.root.Defcls {
+		return fmt.Errorf("%w: %s has %d class(es), default %x:%x; the new policy needs %d, default %x:%x (a class cannot come or go under live traffic: remove the router first)",
+			ErrTreeChanged, name, len(a), Major, root.Defcls, len(b), Major, t.root.Defcls)
+	}
+	return nil
+}
+
+// change gives the device's classes t's rates and its leaf queues t's limit, in place: nothing
+// queued is dropped.
+func (t *htbTree) change() error {
+	for _, c := range t.classes {
+		if err := netlink.ClassChange(c); err != nil {
+			return fmt.Errorf("change htb class %x:%x: %w", Major, c.Handle&0xffff, err)
+		}
+	}
+	return t.leafQueues("change")
 }
 
 // deleteHTB removes the root qdisc if it is ours (the device falls back to its default).
@@ -278,35 +355,40 @@ func deleteHTB(l netlink.Link) error {
 	return nil
 }
 
-// RemoveRouter undoes Router on dev in this network namespace; os.ErrNotExist if nothing is
-// there.
+// RemoveRouter undoes Router on dev in this network namespace; an error matching
+// os.ErrNotExist if nothing is there.
 func RemoveRouter(dev string) error {
+	_, err := removeRouterInstance(dev)
+	return err
+}
+
+// removeRouterInstance is RemoveRouter, saying what a crash had left. A prio HTB tree with no
+// record and no pins (left by a flowplane before internal/attach) goes too.
+func removeRouterInstance(dev string) (attach.Result, error) {
 	ns, err := pin.ThisNetns()
 	if err != nil {
-		return err
+		return attach.Result{}, err
 	}
-	dir := pin.Path(routerPin(ns, dev)...)
-	_, statErr := os.Stat(dir)
-	_, recErr := os.Stat(runstate.Path(subsystem, routerRecordName(ns, dev)))
-	found := statErr == nil || recErr == nil
-	// The record goes first, so that a concurrent status stops listing what is being removed.
-	errs := []error{runstate.Remove(subsystem, routerRecordName(ns, dev))}
-	if tl, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); err == nil {
-		errs = append(errs, tl.Unpin())
-		tl.Close() // the last reference: detached
+	in := routerInstance(ns, dev)
+	res, err := in.Remove()
+	if errors.Is(err, attach.ErrAbsent) && ownHTB(dev) {
+		res.Cleaned = &attach.Problem{What: "prio HTB qdisc on " + dev, Why: "no record and no pins", Pin: in.Pin}
+		return res, in.Teardown()
 	}
-	if l, err := net.InterfaceByName(dev); err == nil {
-		if nl, err := netlink.LinkByIndex(l.Index); err == nil {
-			qs, _ := netlink.QdiscList(nl)
-			for _, q := range qs {
-				found = found || (q.Attrs().Parent == netlink.HANDLE_ROOT && q.Attrs().Handle>>16 == Major)
-			}
-			errs = append(errs, deleteHTB(nl))
+	return res, err
+}
+
+// ownHTB says whether dev's root qdisc is prio's HTB.
+func ownHTB(dev string) bool {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return false
+	}
+	qs, _ := netlink.QdiscList(l)
+	for _, q := range qs {
+		if q.Attrs().Parent == netlink.HANDLE_ROOT && q.Attrs().Handle>>16 == Major {
+			return true
 		}
 	}
-	if !found {
-		return os.ErrNotExist
-	}
-	errs = append(errs, pin.Remove(routerPin(ns, dev)...))
-	return errors.Join(errs...)
+	return false
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
+	"github.com/flowplane/flowplane/internal/attach"
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/runstate"
 	"github.com/flowplane/flowplane/internal/stats"
@@ -60,6 +61,9 @@ type HostStatus struct {
 type Status struct {
 	Routers []RouterStatus `json:"routers"`
 	Hosts   []HostStatus   `json:"hosts"`
+	// Leftovers are routers and host attachments a crash left half made or half removed:
+	// the next apply or remove of each cleans it.
+	Leftovers []attach.Problem `json:"leftovers,omitempty"`
 }
 
 // routerStatNames name the classifier's counters (enum prio_stat); routerCounterNames are
@@ -96,34 +100,62 @@ func ReadStatus() (*Status, error) {
 	}
 	st := &Status{Routers: []RouterStatus{}, Hosts: []HostStatus{}}
 	err = runstate.Each(subsystem, func(n string) error {
-		switch {
-		case strings.HasPrefix(n, ns+"-"):
-			var rec RouterRecord
-			if err := runstate.Load(subsystem, n, &rec); err != nil {
-				return err
-			}
-			rs, err := routerStatus(ns, rec)
-			if err != nil {
-				return err
-			}
-			st.Routers = append(st.Routers, *rs)
-		case strings.HasPrefix(n, "host-"):
-			var rec HostRecord
-			if err := runstate.Load(subsystem, n, &rec); err != nil {
-				return err
-			}
-			counters, err := readCounters(filepath.Join(pin.Path(hostPin(rec.Name)...), "stats"), hostCounterNames)
-			if err != nil {
-				return err
-			}
-			st.Hosts = append(st.Hosts, HostStatus{HostRecord: rec, Counters: counters})
+		in, ok := instanceOf(ns, n)
+		if !ok {
+			return nil
 		}
-		return nil
+		err := readOne(st, ns, n)
+		if err != nil {
+			if p, lerr := in.Leftover(); lerr == nil && p != nil {
+				return nil // listed with the leftovers below
+			}
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
+	if st.Leftovers, err = attach.Leftovers(subsystem, func(n string) (attach.Instance, bool) { return instanceOf(ns, n) }); err != nil {
+		return nil, err
+	}
 	return st, nil
+}
+
+// instanceOf is the router of namespace ns or the host attachment a record name stands for.
+func instanceOf(ns, record string) (attach.Instance, bool) {
+	if dev, ok := strings.CutPrefix(record, ns+"-"); ok {
+		return routerInstance(ns, dev), true
+	}
+	if name, ok := strings.CutPrefix(record, "host-"); ok {
+		return hostInstance(name), true
+	}
+	return attach.Instance{}, false
+}
+
+// readOne adds the router or host attachment of record n to st.
+func readOne(st *Status, ns, n string) error {
+	if strings.HasPrefix(n, "host-") {
+		var rec HostRecord
+		if err := runstate.Load(subsystem, n, &rec); err != nil {
+			return err
+		}
+		counters, err := readCounters(filepath.Join(pin.Path(hostPin(rec.Name)...), "stats"), hostCounterNames)
+		if err != nil {
+			return err
+		}
+		st.Hosts = append(st.Hosts, HostStatus{HostRecord: rec, Counters: counters})
+		return nil
+	}
+	var rec RouterRecord
+	if err := runstate.Load(subsystem, n, &rec); err != nil {
+		return err
+	}
+	rs, err := routerStatus(ns, rec)
+	if err != nil {
+		return err
+	}
+	st.Routers = append(st.Routers, *rs)
+	return nil
 }
 
 func readCounters(path string, names []string) (map[string]uint64, error) {

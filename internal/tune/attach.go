@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/flowplane/flowplane/internal/attach"
 	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/kernel"
 	"github.com/flowplane/flowplane/internal/pin"
@@ -43,15 +43,6 @@ func LoadRecord(name string) (*Record, error) {
 		return nil, err
 	}
 	return &r, nil
-}
-
-// saveRecord records r with its cgroup by the host's name, as prio's host record has it: a path
-// taken under `ip netns exec` goes through an ancestor's root, gone once that process exits
-// (readers reach it again with cgroup.Reach).
-func saveRecord(r *Record) error {
-	saved := *r
-	saved.Cgroup = cgroup.HostPath(r.Cgroup)
-	return runstate.Save(subsystem, r.Name, &saved)
 }
 
 func pinParts(name string) []string { return []string{"tune", name} }
@@ -100,36 +91,82 @@ type ApplyOptions struct {
 	Cgroup string // absolute cgroup v2 path; empty: create <cgroup2 mount>/fptune[-name]
 }
 
+// instance is a policy instance as internal/attach knows it; its Teardown removes the cgroup
+// if apply created it.
+func instance(name string) attach.Instance {
+	in := attach.Instance{Pin: pinParts(name), What: fmt.Sprintf("policy %q", name)}
+	if rec, err := LoadRecord(name); err == nil && rec.CreatedCgroup {
+		in.Teardown = func() error { return cgroup.Remove(cgroup.Reach(rec.Cgroup)) }
+	}
+	return in
+}
+
 // Apply loads pol into the kernel: the first time it creates (or takes) the cgroup, loads the
 // program with the tables filled, then attaches and pins; later it rewrites the idle
 // generation of the tables and flips tune_gen, so the attached program never goes away and
 // every program run sees one whole policy or the other.
 func Apply(pol *Policy, src []byte, opt ApplyOptions) (*Record, error) {
+	rec, _, err := ApplyResult(pol, src, opt)
+	return rec, err
+}
+
+// ApplyResult is Apply, also saying whether it replaced an applied policy and what a crash
+// had left that it cleaned first.
+func ApplyResult(pol *Policy, src []byte, opt ApplyOptions) (*Record, attach.Result, error) {
 	if opt.Name == "" {
 		opt.Name = DefaultName
 	}
 	c := compile(pol)
-	rec, err := LoadRecord(opt.Name)
-	if err == nil {
-		if opt.Cgroup != "" && cgroup.HostPath(opt.Cgroup) != cgroup.HostPath(rec.Cgroup) {
-			return nil, fmt.Errorf("%w: %s is on %s; `flowplane tune remove` it (or use --name) before applying to %s", ErrOtherCgroup, opt.Name, cgroup.HostPath(rec.Cgroup), cgroup.HostPath(opt.Cgroup))
+	var out *Record
+	var m *tuneMaps
+	var objs *tuneObjects
+	var created string // a cgroup this apply made
+	defer func() {
+		if m != nil {
+			m.Close()
 		}
-		m, err := openPinned(opt.Name)
-		if err == nil {
-			defer m.Close()
-			return swap(m, rec, c, pol, src)
+		if objs != nil {
+			objs.Close()
 		}
-		slog.Warn("stale tune record, applying afresh", "name", opt.Name, "err", err)
-	} else {
-		rec = nil
+	}()
+	res, err := instance(opt.Name).Apply(func(replacing bool) (*attach.Spec, error) {
+		if replacing {
+			rec, err := LoadRecord(opt.Name)
+			if err != nil {
+				return nil, err
+			}
+			if opt.Cgroup != "" && cgroup.HostPath(opt.Cgroup) != cgroup.HostPath(rec.Cgroup) {
+				return nil, fmt.Errorf("%w: %s is on %s; `flowplane tune remove` it (or use --name) before applying to %s", ErrOtherCgroup, opt.Name, cgroup.HostPath(rec.Cgroup), cgroup.HostPath(opt.Cgroup))
+			}
+			if m, err = openPinned(opt.Name); err != nil {
+				return nil, err
+			}
+			return swap(m, rec, c, pol, src, &out)
+		}
+		return applyNew(c, pol, src, opt, &objs, &created, &out)
+	})
+	if err != nil {
+		if created != "" {
+			_ = cgroup.Remove(created)
+		}
+		return nil, res, err
 	}
-	return applyNew(c, pol, src, opt, rec)
+	if res.Replaced {
+		// No run reads the old generation any more: take its prefixes out of the tries, so
+		// lookups walk the live policy's nodes only (the next apply would clear them anyway).
+		if err := clearTries(m, (out.Generation ^ 1)); err != nil {
+			slog.Warn("old policy's prefixes stay in the address tries", "name", out.Name, "err", err)
+		}
+		slog.Debug("policy swapped", "name", out.Name, "generation", out.Generation)
+	}
+	return out, res, nil
 }
 
-// swap writes c into the idle generation of an attached instance and flips tune_gen to it.
-// The live generation is read from the map, not the record, so a record left behind by a
-// failed apply cannot make us overwrite the live half.
-func swap(m *tuneMaps, rec *Record, c *compiled, pol *Policy, src []byte) (*Record, error) {
+// swap is the replacement of an applied policy: it writes c into the idle generation of the
+// attached instance and flips tune_gen to it, in the Setup of the Spec it returns (no program
+// changes). The live generation is read from the map, not the record, so a record left behind
+// by a failed apply cannot make us overwrite the live half.
+func swap(m *tuneMaps, rec *Record, c *compiled, pol *Policy, src []byte, out **Record) (*attach.Spec, error) {
 	var old uint32
 	if err := m.TuneGen.Lookup(uint32(0), &old); err != nil {
 		return nil, fmt.Errorf("read the live generation: %w", err)
@@ -138,31 +175,24 @@ func swap(m *tuneMaps, rec *Record, c *compiled, pol *Policy, src []byte) (*Reco
 	if err := fill(m, next, c); err != nil {
 		return nil, err
 	}
-	if err := m.TuneGen.Update(uint32(0), next<<genShift|c.needs, ebpf.UpdateAny); err != nil {
-		return nil, fmt.Errorf("switch to the new policy: %w", err)
-	}
-	// Program runs that read the old generation before the flip may still be reading its
-	// tables; wait them out so the next apply can overwrite that half.
-	if err := rcuGracePeriod(); err != nil {
-		return nil, err
-	}
-	prev := *rec
 	rec.Generation, rec.File, rec.YAML, rec.Applied = next, pol.File, string(src), time.Now()
-	if err := saveRecord(rec); err != nil {
+	*out = rec
+	saved := *rec
+	saved.Cgroup = cgroup.HostPath(rec.Cgroup)
+	return &attach.Spec{
+		Setup: func(bool) error {
+			if err := m.TuneGen.Update(uint32(0), next<<genShift|c.needs, ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("switch to the new policy: %w", err)
+			}
+			// Program runs that read the old generation before the flip may still be reading
+			// its tables; wait them out so the next apply can overwrite that half.
+			return rcuGracePeriod()
+		},
 		// Nothing half-applied: status and explain read the record, so go back to the policy
 		// it describes.
-		if rerr := m.TuneGen.Update(uint32(0), old, ebpf.UpdateAny); rerr != nil {
-			return nil, fmt.Errorf("%w; restoring the previous policy also failed: %v", err, rerr)
-		}
-		return &prev, err
-	}
-	// No run reads the old generation any more: take its prefixes out of the tries, so lookups
-	// walk the live policy's nodes only (the next apply would clear them anyway).
-	if err := clearTries(m, old>>genShift); err != nil {
-		slog.Warn("old policy's prefixes stay in the address tries", "name", rec.Name, "err", err)
-	}
-	slog.Debug("policy swapped", "name", rec.Name, "generation", next)
-	return rec, nil
+		Undo:   func() { _ = m.TuneGen.Update(uint32(0), old, ebpf.UpdateAny) },
+		Record: &saved,
+	}, nil
 }
 
 // rcuGracePeriod returns once every BPF program run that started before the call has ended:
@@ -179,10 +209,11 @@ func rcuGracePeriod() error {
 	return nil
 }
 
-// applyNew loads, fills, pins and attaches the program. stale is the record of an earlier
-// apply whose pins are gone (or nil): a cgroup it created stays ours to remove.
-func applyNew(c *compiled, pol *Policy, src []byte, opt ApplyOptions, stale *Record) (_ *Record, err error) {
+// applyNew loads and fills the program for a first apply, creating the cgroup if none is
+// given (created names it); the Spec it returns attaches, pins and records it.
+func applyNew(c *compiled, pol *Policy, src []byte, opt ApplyOptions, objsOut **tuneObjects, created *string, out **Record) (*attach.Spec, error) {
 	rec := &Record{Name: opt.Name, File: pol.File, YAML: string(src), Cgroup: opt.Cgroup, Applied: time.Now()}
+	*out = rec
 	if rec.Cgroup == "" {
 		root, err := cgroup.Mount()
 		if err != nil {
@@ -195,17 +226,11 @@ func applyNew(c *compiled, pol *Policy, src []byte, opt ApplyOptions, stale *Rec
 		rec.Cgroup = filepath.Join(root, base)
 		if err := os.Mkdir(rec.Cgroup, 0o755); err == nil {
 			rec.CreatedCgroup = true
+			*created = rec.Cgroup
 		} else if !errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("create cgroup %s: %w", rec.Cgroup, err)
-		} else if stale != nil && stale.CreatedCgroup && cgroup.HostPath(stale.Cgroup) == cgroup.HostPath(rec.Cgroup) {
-			rec.CreatedCgroup = true
 		}
 	}
-	defer func() {
-		if err != nil && rec.CreatedCgroup {
-			_ = cgroup.Remove(rec.Cgroup)
-		}
-	}()
 	spec, err := loadTune()
 	if err != nil {
 		return nil, fmt.Errorf("load tune program spec: %w", err)
@@ -217,44 +242,31 @@ func applyNew(c *compiled, pol *Policy, src []byte, opt ApplyOptions, stale *Rec
 	if err := spec.Variables["hz"].Set(uint32(hz)); err != nil {
 		return nil, fmt.Errorf("set hz: %w", err)
 	}
-	var objs tuneObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+	objs := &tuneObjects{}
+	if err := spec.LoadAndAssign(objs, nil); err != nil {
 		return nil, fmt.Errorf("load tune program: %w", err)
 	}
-	defer objs.Close()
+	*objsOut = objs
 	if err := fill(&objs.tuneMaps, 0, c); err != nil {
 		return nil, err
 	}
 	if err := objs.TuneGen.Update(uint32(0), c.needs, ebpf.UpdateAny); err != nil {
 		return nil, fmt.Errorf("set generation: %w", err)
 	}
-	dir, err := pin.Dir(pinParts(opt.Name)...)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			_ = pin.Remove(pinParts(opt.Name)...)
-		}
-	}()
+	maps := map[string]*ebpf.Map{}
 	for _, mp := range mapPins {
-		if err := (*mp.get(&objs.tuneMaps)).Pin(filepath.Join(dir, mp.file)); err != nil {
-			return nil, fmt.Errorf("pin map %s: %w", mp.file, err)
-		}
+		maps[mp.file] = *mp.get(&objs.tuneMaps)
 	}
-	lnk, err := link.AttachCgroup(link.CgroupOptions{Path: rec.Cgroup, Attach: ebpf.AttachCGroupSockOps, Program: objs.TuneSockops})
-	if err != nil {
-		return nil, fmt.Errorf("attach sock_ops program to %s: %w", rec.Cgroup, err)
-	}
-	defer lnk.Close()
-	if err := lnk.Pin(filepath.Join(dir, "link")); err != nil {
-		return nil, fmt.Errorf("pin sock_ops link: %w", err)
-	}
-	if err := saveRecord(rec); err != nil {
-		_ = lnk.Unpin()
-		return nil, err
-	}
-	return rec, nil
+	// The record names the cgroup by the host's name, as prio's host record has it: a path
+	// taken under `ip netns exec` goes through an ancestor's root, gone once that process
+	// exits (readers reach it again with cgroup.Reach).
+	saved := *rec
+	saved.Cgroup = cgroup.HostPath(rec.Cgroup)
+	return &attach.Spec{
+		Links:  []attach.Link{{Name: "link", Hook: attach.SockOps(rec.Cgroup), Program: objs.TuneSockops}},
+		Maps:   maps,
+		Record: &saved,
+	}, nil
 }
 
 // fill writes compiled policy c into generation gen of the tables, clearing what an earlier
@@ -338,43 +350,19 @@ func clearTries(m *tuneMaps, gen uint32) error {
 
 // Remove detaches and unpins an instance, and removes the cgroup if apply created it.
 func Remove(name string) error {
+	_, err := RemoveResult(name)
+	return err
+}
+
+// RemoveResult is Remove, saying what a crash had left (if it was not whole). An instance that
+// is not there is ErrNotApplied.
+func RemoveResult(name string) (attach.Result, error) {
 	if name == "" {
 		name = DefaultName
 	}
-	rec, recErr := LoadRecord(name)
-	dir := pin.Path(pinParts(name)...)
-	if recErr != nil && !errors.Is(recErr, os.ErrNotExist) {
-		return recErr
+	res, err := instance(name).Remove()
+	if errors.Is(err, attach.ErrAbsent) {
+		return res, fmt.Errorf("policy %q: %w", name, ErrNotApplied)
 	}
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) && recErr != nil {
-		return fmt.Errorf("policy %q: %w", name, ErrNotApplied)
-	}
-	if lnk, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); err == nil {
-		// BPF_LINK_DETACH detaches now, whoever else holds the link open (closing our fd
-		// would not while a `tune status` or another tool has one).
-		err := lnk.Detach()
-		if err == nil {
-			err = lnk.Unpin()
-		}
-		lnk.Close()
-		if err != nil {
-			return fmt.Errorf("detach the sock_ops link: %w", err)
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("open pinned link: %w", err)
-	}
-	if err := pin.Remove(pinParts(name)...); err != nil {
-		return err
-	}
-	if rec != nil {
-		if rec.CreatedCgroup {
-			if err := cgroup.Remove(cgroup.Reach(rec.Cgroup)); err != nil {
-				return err
-			}
-		}
-		if err := runstate.Remove(subsystem, name); err != nil {
-			return err
-		}
-	}
-	return nil
+	return res, err
 }

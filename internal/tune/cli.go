@@ -77,14 +77,8 @@ func applyCmd(name *string) *cobra.Command {
 			if err := rlimit.RemoveMemlock(); err != nil {
 				return fmt.Errorf("remove memlock limit: %w", err)
 			}
-			verb := "applied"
-			if _, err := LoadRecord(*name); err == nil {
-				verb = "replaced" // Apply swaps the tables of the attached program atomically
-			}
-			rec, err := Apply(pol, data, opt)
-			if errors.Is(err, ErrOtherCgroup) {
-				return cli.Usage(err)
-			}
+			rec, res, err := ApplyResult(pol, data, opt) // again: the tables swap atomically
+			verb, err := cli.Applied(cmd, res, err, ErrOtherCgroup)
 			if err != nil {
 				return err
 			}
@@ -256,6 +250,10 @@ func statusCmd(name *string) *cobra.Command {
 }
 
 func printStatus(out io.Writer, st *Status) {
+	if st.Leftover != "" {
+		fmt.Fprintf(out, "policy %s: leftover: %s (the next tune apply or remove --name %s cleans it)\n", st.Name, st.Leftover, st.Name)
+		return
+	}
 	fmt.Fprintf(out, "policy %s from %s on cgroup %s (generation %d, applied %s)\n", st.Name, st.File, st.Cgroup, st.Generation, st.Applied.Format("2006-01-02 15:04:05"))
 	fmt.Fprintf(out, "program %d, link %d\n", st.ProgramID, st.LinkID)
 	if len(st.OtherSockOp) == 0 {
@@ -302,9 +300,8 @@ func removeCmd(name *string) *cobra.Command {
 		Short: "Detach the policy and remove what apply created",
 		Args:  cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := Remove(*name); errors.Is(err, ErrNotApplied) {
-				return cli.Usage(err)
-			} else if err != nil {
+			res, err := RemoveResult(*name)
+			if err := cli.Removed(cmd, res, err, ErrNotApplied); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "tune: removed policy %s\n", *name)

@@ -34,6 +34,9 @@ type Status struct {
 	Rules       []RuleStatus      `json:"rules"`
 	Settings    []SettingStatus   `json:"settings"`
 	Warnings    []string          `json:"warnings,omitempty"`
+	// Leftover says what a crash left of the instance instead of a whole policy (the next
+	// apply or remove cleans it; internal/attach); nothing else is set then but Name.
+	Leftover string `json:"leftover,omitempty"`
 }
 
 // OtherProgram is another sock_ops program that runs for this cgroup's sockets (attached here
@@ -98,6 +101,11 @@ func (r *Rule) Describe() string {
 func ReadStatus(name string, k Kernel) (*Status, error) {
 	if name == "" {
 		name = DefaultName
+	}
+	if p, err := instance(name).Leftover(); err != nil {
+		return nil, err
+	} else if p != nil {
+		return &Status{Name: name, Leftover: p.Why}, nil
 	}
 	rec, err := LoadRecord(name)
 	if errors.Is(err, os.ErrNotExist) {
