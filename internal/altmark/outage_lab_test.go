@@ -23,7 +23,7 @@ import (
 // out, loss rate 1, the outage alarm, no missing point. A probe that is gone (r2 stops first)
 // is a missing point instead: the two cases are told apart.
 func TestLabOutageIsLossNotAMissingPoint(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its sender and TestLabLossPerPeriod's would compete for the CPU.
 	testenv.Privileged(t)
 	script := analyticsScriptPath(t)
 	pl := upPathLab(t)

@@ -634,7 +634,7 @@ func TestLabIperfBothCPUs(t *testing.T) {
 // 1.5 periods per record. The writer falls behind; every period is still read on time (none
 // skipped as late), and all are written, in order, before the probe ends.
 func TestLabSlowDiskDelaysFilesNotReads(t *testing.T) {
-	t.Parallel()
+	// Not parallel: its lab's traffic and TestLabLossPerPeriod's would compete for the CPU.
 	testenv.Privileged(t)
 	pl := upPathLab(t)
 	const periods = 8
