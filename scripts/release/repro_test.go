@@ -155,3 +155,17 @@ func appendLog(t *testing.T, text string) {
 		t.Error(err)
 	}
 }
+
+// The man page and completion generators are linked into this program, never into the binary.
+func TestBinaryLinksNoDocGenerators(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "github.com/flowplane/flowplane/cmd/flowplane").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.HasPrefix(dep, "github.com/spf13/cobra/doc") || strings.Contains(dep, "go-md2man") || strings.Contains(dep, "blackfriday") {
+			t.Errorf("cmd/flowplane links %s", dep)
+		}
+	}
+}
