@@ -8,7 +8,7 @@ GO_SRC := $(shell find cmd internal -name '*.go' ! -name '*_bpfel.go' 2>/dev/nul
 # Each line of the test run's output goes to the terminal; the whole log also to this file.
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: help setup vmlinux generate check-generated build test bench lint demo clean
+.PHONY: help setup vmlinux generate check-generated build release test bench lint demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -43,16 +43,28 @@ LDFLAGS := -X github.com/flowplane/flowplane/internal/version.Version=$(VERSION)
 build: .gen.stamp ## build bin/flowplane
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/flowplane
 
-test: setup build check-generated ## run every test, privileged ones included (needs root)
+# dist/: the tarballs of the static binary (amd64, arm64) with man pages and completions, the
+# analytics' wheel and sdist, SHA256SUMS; byte-identical for one commit (docs/release.md).
+release: setup check-generated ## write dist/: binary tarballs, analytics wheel and sdist, SHA256SUMS
+	$(GO) run ./scripts/release -out dist -version '$(VERSION)' -commit '$(COMMIT)' -date '$(DATE)'
+
+# The release smoke test and the reproducibility check (scripts/release) read the dist/ built
+# here and write their step times to bin/release-test.log, printed at the end. They run after
+# the other packages, not beside them: their pip install and Go builds would load the CPU under
+# the timing-sensitive lab tests (2 cores).
+test: setup build check-generated release ## run every test, privileged ones included (needs root)
 	$(GO) vet ./...
-	$(GO) test $(TEST_FLAGS) ./...
+	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/scripts/release$$')
+	@rm -f bin/release-test.log
+	FLOWPLANE_DIST=$(CURDIR)/dist FLOWPLANE_RELEASE_LOG=$(CURDIR)/bin/release-test.log $(GO) test $(TEST_FLAGS) ./scripts/release
 	analytics/.venv/bin/python -m pytest analytics/tests
+	@if [ -f bin/release-test.log ]; then cat bin/release-test.log; fi
 
 bench: setup build ## run the benchmarks (BENCH=a,b: some); JSON under bench/results/, docs/benchmarks.md
 	@bench/run.sh
 
 lint: setup generate ## gofmt, go vet, staticcheck, clang-format
-	@test -z "$$(gofmt -l cmd internal bench)" || { gofmt -l cmd internal bench; echo 'gofmt: run gofmt -w on the files above'; exit 1; }
+	@test -z "$$(gofmt -l cmd internal bench scripts)" || { gofmt -l cmd internal bench scripts; echo 'gofmt: run gofmt -w on the files above'; exit 1; }
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 	analytics/.venv/bin/ruff check analytics bench/analytics
@@ -66,4 +78,4 @@ demo: setup build ## run the main job: a lab, iperf3 through it, the figures, te
 
 clean: ## remove build outputs and running labs
 	-@[ -x $(BIN) ] && $(BIN) lab down --all 2>/dev/null; true
-	rm -rf bin .gen.stamp bench/results
+	rm -rf bin dist .gen.stamp bench/results

@@ -9,6 +9,7 @@ apt_packages=(
 	iperf3 tcpdump tshark jq              # traffic, capture, demo
 	conntrack nftables                           # nf_conntrack reference
 	python3-venv openjdk-17-jre-headless         # analytics (venv; the JVM for Spark)
+	man-db groff-base                            # the release smoke test renders a man page
 )
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -31,9 +32,10 @@ if ! command -v go >/dev/null; then
 fi
 go mod download
 
-# analytics/: a venv with the package (editable, with Spark and the dev tools) and the tested
-# set of dependencies (analytics/constraints.txt), reinstalled only when pyproject.toml or the
-# constraints change (the stamp holds their hash).
+# analytics/: a venv with the package (editable, with Spark and the dev tools, among them the
+# build package and setuptools `make release` builds with) and the tested set of dependencies
+# (analytics/constraints.txt), reinstalled only when pyproject.toml or the constraints change
+# (the stamp holds their hash).
 venv=analytics/.venv
 stamp=$venv/.installed
 want=$(cat analytics/pyproject.toml analytics/constraints.txt | sha256sum | cut -d' ' -f1)
@@ -46,4 +48,20 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
 	"$venv/bin/python" -m pip install -q --upgrade pip
 	"$venv/bin/python" -m pip install -q -c analytics/constraints.txt -e 'analytics[dev,spark]'
 	echo "$want" >"$stamp"
+fi
+
+# analytics/.wheelhouse: the package's dependencies (no extras) at the tested versions, as wheels
+# for this Python, so the release smoke test (scripts/release) installs the built wheel into a
+# fresh venv offline: pip install --no-index --find-links analytics/.wheelhouse
+# -c analytics/constraints.txt dist/flowplane_analytics-…whl. Downloaded again when
+# pyproject.toml or the constraints change; pip's cache serves what it already has.
+wheelhouse=analytics/.wheelhouse
+if [[ ! -f $wheelhouse/.installed || $(cat "$wheelhouse/.installed") != "$want" ]]; then
+	echo "setup: downloading the analytics' dependencies into $wheelhouse (pip)"
+	rm -rf "$wheelhouse"
+	mkdir -p "$wheelhouse"
+	"$venv/bin/python" -c 'import sys, tomllib; print(*tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"], sep="\n")' \
+		analytics/pyproject.toml >"$wheelhouse/requirements.txt"
+	"$venv/bin/python" -m pip download -q --only-binary=:all: -d "$wheelhouse" -c analytics/constraints.txt -r "$wheelhouse/requirements.txt"
+	echo "$want" >"$wheelhouse/.installed"
 fi

@@ -16,13 +16,14 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/flowplane/flowplane/internal/cli"
+	"github.com/flowplane/flowplane/internal/commands"
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/testenv"
 )
 
 // The grammar of docs/cli.md: flowplane SUBSYSTEM [OBJECT] VERB [ARGS] [FLAGS]. These tests walk
-// the tree main builds (newRoot) and run commands in-process through it, so a new command that
-// breaks the grammar fails here.
+// the tree main runs (commands.Root) and run commands in-process through it, so a new command
+// that breaks the grammar fails here.
 
 // verbs are the words a command that does something may be called (docs/cli.md, Verbs).
 var verbs = []string{
@@ -162,7 +163,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 func TestGrammar(t *testing.T) {
 	t.Parallel()
 	fileWord := regexp.MustCompile(`(?i)\bfile\b`)
-	for _, n := range walk(newRoot()) {
+	for _, n := range walk(commands.Root()) {
 		c := n.cmd
 		where := "flowplane " + n.String()
 		if c.Short == "" || !unicode.IsUpper([]rune(c.Short)[0]) || strings.HasSuffix(c.Short, ".") {
@@ -304,7 +305,7 @@ type result struct {
 // ns ("" for this one).
 func execute(t *testing.T, ns string, args ...string) result {
 	t.Helper()
-	root := newRoot()
+	root := commands.Root()
 	var out, errb bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errb)
@@ -348,7 +349,7 @@ func TestUsageErrorsAtEveryLevel(t *testing.T) {
 			t.Errorf("flowplane %s: exit %d, %q; want exit 2 and %q", strings.Join(args, " "), r.code, r.err, want)
 		}
 	}
-	for _, n := range walk(newRoot()) {
+	for _, n := range walk(commands.Root()) {
 		c := n.cmd
 		if c.DisableFlagParsing {
 			continue // analyze: its arguments are flowplane-analytics's
@@ -455,7 +456,7 @@ func TestDeprecatedSpellings(t *testing.T) {
 			}
 			words = append(words, w)
 		}
-		c, rest, err := newRoot().Find(words)
+		c, rest, err := commands.Root().Find(words)
 		if err != nil || len(rest) > 0 || c.Hidden || c.HasAvailableSubCommands() {
 			t.Errorf("deprecated %q: its replacement %q is no visible command", old, repl)
 		}
@@ -470,7 +471,7 @@ func TestDeprecatedSpellings(t *testing.T) {
 func registered(t *testing.T) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for _, n := range walk(newRoot()) {
+	for _, n := range walk(commands.Root()) {
 		for old, repl := range cli.DeprecatedForms(n.cmd) {
 			if prev, dup := out[old]; dup && prev != repl {
 				t.Errorf("%q is deprecated for both %q and %q", old, prev, repl)

@@ -1,5 +1,6 @@
 // Command flowplane tracks, tunes, prioritizes and measures network flows. Each subsystem lives
-// in internal/<name> and contributes one subcommand; main only wires them together.
+// in internal/<name> and contributes one subcommand; internal/commands wires them into one tree
+// and main runs it.
 package main
 
 import (
@@ -9,17 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/spf13/cobra"
-
-	"github.com/flowplane/flowplane/internal/altmark"
 	"github.com/flowplane/flowplane/internal/cli"
-	"github.com/flowplane/flowplane/internal/conntrack"
-	"github.com/flowplane/flowplane/internal/hostcheck"
-	"github.com/flowplane/flowplane/internal/lab"
-	"github.com/flowplane/flowplane/internal/prio"
-	"github.com/flowplane/flowplane/internal/tune"
-	"github.com/flowplane/flowplane/internal/version"
-	"github.com/flowplane/flowplane/internal/vnet"
+	"github.com/flowplane/flowplane/internal/commands"
 )
 
 func main() {
@@ -38,14 +30,7 @@ func main() {
 
 // run runs the command line args until done or ctx is cancelled.
 func run(ctx context.Context, args []string) error {
-	root := newRoot()
+	root := commands.Root()
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
-}
-
-// newRoot is the whole command tree (docs/cli.md; grammar_test.go checks it).
-func newRoot() *cobra.Command {
-	return cli.Root("flowplane", "Track, tune, prioritize and measure network flows",
-		lab.Command(), conntrack.Command(), tune.Command(), vnet.Command(), prio.Command(), altmark.Command(),
-		version.Command(), hostcheck.Command(altmark.FindAnalytics))
 }
