@@ -57,8 +57,8 @@ test: setup build check-generated release ## run every test, privileged ones inc
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v '/scripts/release$$')
 	@rm -f bin/release-test.log
 	FLOWPLANE_DIST=$(CURDIR)/dist FLOWPLANE_RELEASE_LOG=$(CURDIR)/bin/release-test.log $(GO) test $(TEST_FLAGS) ./scripts/release
-	analytics/.venv/bin/python -m pytest analytics/tests
 	@if [ -f bin/release-test.log ]; then cat bin/release-test.log; fi
+	analytics/.venv/bin/python -m pytest analytics/tests
 
 bench: setup build ## run the benchmarks (BENCH=a,b: some); JSON under bench/results/, docs/benchmarks.md
 	@bench/run.sh
