@@ -133,8 +133,11 @@ func explain(f *found, n need) []string {
 func Run(analytics func() (string, error)) Report {
 	f := probe()
 	if analytics != nil {
-		p, err := analytics()
-		f.add("analytics", err == nil, "%s%s", p, errText(err))
+		if p, err := analytics(); err != nil {
+			f.add("analytics", false, "%v", err)
+		} else {
+			f.add("analytics", true, "%s", p)
+		}
 	}
 	return Report{Features: f.list, Subsystems: judge(f)}
 }
