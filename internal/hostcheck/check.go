@@ -1,7 +1,6 @@
 package hostcheck
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -160,9 +159,7 @@ Exit code 0: every subsystem works (some perhaps with limits); 1: at least one c
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r := Run(analytics)
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(r); err != nil {
+				if err := cli.WriteJSON(cmd.OutOrStdout(), r); err != nil {
 					return err
 				}
 			} else {

@@ -2,7 +2,6 @@
 package version
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -69,9 +68,7 @@ func Command() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			i := Get()
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(i)
+				return cli.WriteJSON(cmd.OutOrStdout(), i)
 			}
 			commit := i.Commit
 			if commit == "" {
