@@ -32,10 +32,8 @@
 #define AM_FLOWMON_SHIFT 12 /* in the data word: FlowMonID << 12 | L << 11 | D << 10 */
 #define AM_L_SHIFT	 11
 #define AM_D_SHIFT	 10
-#define AM_TLV_MAX	 8 /* options looked at in one header before giving up (MAL_OPT) */
-#define AM_EXT_MAX	 6 /* extension headers skipped to reach the transport header */
-#define IPPROTO_UDPLITE_ 136
-#define IPPROTO_SCTP_AM	 132
+#define AM_TLV_MAX	 8   /* options looked at in one header before giving up (MAL_OPT) */
+#define AM_EXT_MAX	 6   /* extension headers skipped to reach the transport header */
 #define AM_PULL_LEN	 128 /* bytes of headers a caller makes linear (bpf_skb_pull_data) */
 
 /* A parsed packet. Offsets count from the start of the packet (skb->data); pointers are into the
@@ -133,7 +131,7 @@ static __always_inline int am_parse_l4(struct am_pkt *p, __u8 *l4)
 		break;
 	}
 	case IPPROTO_UDP:
-	case IPPROTO_UDPLITE_: {
+	case IPPROTO_UDPLITE: {
 		struct udphdr *uh = (void *)l4;
 
 		if ((void *)(uh + 1) > p->end)
@@ -144,7 +142,7 @@ static __always_inline int am_parse_l4(struct am_pkt *p, __u8 *l4)
 		p->has_ports = 1;
 		break;
 	}
-	case IPPROTO_SCTP_AM: {
+	case IPPROTO_SCTP: {
 		__be16 *ports = (void *)l4;
 
 		if ((void *)(l4 + 12) > p->end) /* common header: ports, tag, checksum */

@@ -16,8 +16,6 @@
 #include "carrier.h"
 #include "hash.h"
 
-#define TCX_NEXT (-1)
-
 /* The configuration, set by the loader from ProbeSpec. */
 volatile const __u32 carrier = AM_CARRIER_DSCP;
 volatile const __u32 color_bit = 0; /* dscp: DSCP bit numbers */

@@ -10,9 +10,7 @@
 #include "stats.h"
 #include "prio.h"
 
-#define TCX_NEXT      (-1)
-#define IPPROTO_SCTP_ 132
-#define TCP_OPTS_MAX  40
+#define TCP_OPTS_MAX 40
 
 /* The policy, set by the loader (docs/prio.md). */
 volatile const __u32 scheme = PRIO_SCHEME_FIFO;
@@ -477,7 +475,7 @@ int prio_classify(struct __sk_buff *skb)
 	} else {
 		return deflt(skb, proto < 0 ? PRIO_STAT_MALFORMED : PRIO_STAT_OTHER);
 	}
-	if (frag || (proto != IPPROTO_TCP && proto != IPPROTO_UDP && proto != IPPROTO_SCTP_))
+	if (frag || (proto != IPPROTO_TCP && proto != IPPROTO_UDP && proto != IPPROTO_SCTP))
 		return deflt(skb, PRIO_STAT_OTHER);
 	if (proto == IPPROTO_TCP) {
 		struct tcphdr *th = c.pos;
