@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -80,7 +79,6 @@ type run struct {
 	// slow or full disk delays files, never a read.
 	queue   chan *Period
 	written chan struct{} // closed when the writer has ended
-	pending atomic.Int64  // queued or kept after a failed write, not yet written
 }
 
 // NewRunner returns a stopped runner with configuration cfg.
@@ -307,7 +305,7 @@ func (r *Runner) loop(rn *run) {
 func (r *Runner) enqueue(rn *run, p *Period) {
 	select {
 	case rn.queue <- p:
-		r.setPending(rn.pending.Add(1))
+		r.addPending(1)
 	default:
 		r.skip("write_backlog", "period %d: dropped: %d records are waiting for a slow or failing disk", p.Period, maxPending)
 	}
@@ -333,7 +331,7 @@ func (r *Runner) writer(rn *run) {
 				for _, p := range failed {
 					r.skip("write_failed", "period %d: not written before the probe stopped", p.Period)
 				}
-				r.setPending(rn.pending.Add(-int64(len(failed))))
+				r.addPending(-len(failed))
 				return
 			}
 			if rn.export != nil {
@@ -362,7 +360,7 @@ func (r *Runner) flush(rn *run, ps []*Period) []*Period {
 			break
 		}
 		ps = ps[1:]
-		r.setPending(rn.pending.Add(-1))
+		r.addPending(-1)
 		r.Metrics.observe(p)
 		r.mu.Lock()
 		n := p.Period
@@ -373,7 +371,7 @@ func (r *Runner) flush(rn *run, ps []*Period) []*Period {
 	for len(ps) > maxPending {
 		r.skip("write_failed", "period %d: dropped after %d periods of write errors", ps[0].Period, maxPending)
 		ps = ps[1:]
-		r.setPending(rn.pending.Add(-1))
+		r.addPending(-1)
 	}
 	return ps
 }
@@ -386,11 +384,13 @@ func (r *Runner) write(s Store, p *Period) error {
 	return s.Write(p)
 }
 
-func (r *Runner) setPending(n int64) {
-	r.Metrics.PendingWrites.Set(float64(n))
+// addPending counts records read but not yet written (queued, or kept after a failed write);
+// status and gauge change together under the lock, so neither is left behind by a race.
+func (r *Runner) addPending(delta int) {
 	r.mu.Lock()
-	r.status.PendingWrites = int(n)
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	r.status.PendingWrites += delta
+	r.Metrics.PendingWrites.Set(float64(r.status.PendingWrites))
 }
 
 // record builds period n's record from what the datapath read, filling in what the loop knows.
