@@ -184,9 +184,10 @@ static __always_inline __u32 band_of(struct info *in, __u64 bytes, int trusted, 
 	case PRIO_SCHEME_OCCUPANCY:
 		if (in->source == PRIO_SRC_NONE || !trusted || in->occupancy > 100)
 			return default_band;
-		band = (100 - in->occupancy) / 10; /* the fullest buffers get band 0 */
-		if (band > 9)
-			band = 9;
+		/* the fullest buffers get band 0 */
+		band = (100 - in->occupancy) / (100 / PRIO_OCC_BANDS);
+		if (band > PRIO_OCC_BANDS - 1)
+			band = PRIO_OCC_BANDS - 1;
 		break;
 	case PRIO_SCHEME_BACKLOG:
 		if (in->source != PRIO_SRC_TCP_OPTION || !trusted)

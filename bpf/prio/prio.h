@@ -23,6 +23,8 @@ enum prio_limit {
 	PRIO_MAX_BANDS = 16,
 	PRIO_MAX_LEAVES = 64,
 	PRIO_CACHE_SYNC = 64, /* router: fast-path packets between two syncs of a cached flow */
+	PRIO_OCC_BANDS =
+	    10, /* occupancy: one band per tenth of the send buffer; the default band is one more */
 };
 
 /* Router schemes (policy `scheme`). */

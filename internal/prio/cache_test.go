@@ -314,7 +314,7 @@ func TestFlowCacheClocks(t *testing.T) {
 // statusCounters are the classifier's counters as `prio status` reports them.
 func statusCounters(all []uint64) map[string]uint64 {
 	raw := map[string]uint64{}
-	for i, n := range routerStatNames {
+	for i, n := range routerStatNames() {
 		raw[n] = all[i]
 	}
 	return routerCounters(raw)

@@ -63,6 +63,7 @@ const (
 	classifierPrioLimitPRIO_MAX_BANDS     classifierPrioLimit = 16
 	classifierPrioLimitPRIO_MAX_LEAVES    classifierPrioLimit = 64
 	classifierPrioLimitPRIO_CACHE_SYNC    classifierPrioLimit = 64
+	classifierPrioLimitPRIO_OCC_BANDS     classifierPrioLimit = 10
 )
 
 type classifierPrioLpmKey struct {

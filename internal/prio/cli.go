@@ -274,7 +274,7 @@ func printStatus(w io.Writer, st *Status) {
 		fmt.Fprintf(w, "  counters: %s\n", counterLine(r.Counters, routerCounterNames))
 	}
 	for _, h := range st.Hosts {
-		fmt.Fprintf(w, "host %s on %s (%s, refresh %v, min_interval %v)\n  counters: %s\n", h.Name, h.Cgroup, h.File, h.Refresh, h.MinInterval, counterLine(h.Counters, hostCounterNames))
+		fmt.Fprintf(w, "host %s on %s (%s, refresh %v, min_interval %v)\n  counters: %s\n", h.Name, h.Cgroup, h.File, h.Refresh, h.MinInterval, counterLine(h.Counters, hostCounterNames()))
 	}
 }
 

@@ -126,7 +126,7 @@ var (
 func (p *RouterPolicy) Bands() int {
 	switch p.Scheme {
 	case Occupancy:
-		return 11 // ten deciles and the default band
+		return int(classifierPrioLimitPRIO_OCC_BANDS) + 1 // one per tenth, and the default band
 	case Backlog:
 		return len(p.Thresholds) + 2 // one per edge, one past the last, the default band
 	case PIAS:

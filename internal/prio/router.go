@@ -229,15 +229,35 @@ type htbTree struct {
 	limit   int
 }
 
+// The HTB tree's numbers, with their reasons.
+const (
+	// minBurst: a class may send this many bytes at once (plus one frame) however slow it is;
+	// below about 64 KB HTB's timer granularity keeps a class short of its rate.
+	minBurst = 64 << 10
+	// burstMs: otherwise the burst is the class's rate for this long (2 ms).
+	burstMs = 2
+	// ethFrame is the largest Ethernet frame without FCS (1500 + 14): HTB's DRR quantum of one
+	// frame per turn, so bands share a link in frames, not in bytes rounded to a bigger unit.
+	ethFrame = 1514
+	// maxRootQuantum: the root class's quantum, rate/10 bytes, is capped at HTB's own limit
+	// (200000, beyond which the kernel warns "quantum of class is big").
+	maxRootQuantum = 200000
+	// minLeafRate: 8 kbit/s, tc's smallest rate unit; a leaf's guaranteed share never rounds
+	// to 0.
+	minLeafRate = 8000
+	// maxHTBPrio: HTB has priorities 0 to 7; bands past the eighth share the last.
+	maxHTBPrio = 7
+)
+
 func newHTB(l netlink.Link, rate uint64, p *RouterPolicy) *htbTree {
 	idx := l.Attrs().Index
 	t := &htbTree{l: l, limit: p.Limit}
 	t.root = netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: idx, Handle: netlink.MakeHandle(Major, 0), Parent: netlink.HANDLE_ROOT})
 	t.root.Defcls = ClassID(Major, p.DefaultBand(), 0) & 0xffff
 	mtu := uint64(l.Attrs().MTU)
-	burst := func(r uint64) uint32 { return uint32(max(64<<10, r/8*2/1000) + mtu + 14) }
+	burst := func(r uint64) uint32 { return uint32(max(minBurst, r/8*burstMs/1000) + mtu + 14) }
 	t.classes = append(t.classes, netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: idx, Parent: netlink.MakeHandle(Major, 0), Handle: netlink.MakeHandle(Major, 1)},
-		netlink.HtbClassAttrs{Rate: rate, Ceil: rate, Buffer: burst(rate), Cbuffer: burst(rate), Quantum: uint32(min(max(rate/8/10, 1514), 200000))}))
+		netlink.HtbClassAttrs{Rate: rate, Ceil: rate, Buffer: burst(rate), Cbuffer: burst(rate), Quantum: uint32(min(max(rate/8/10, ethFrame), maxRootQuantum))}))
 	bands := p.Bands()
 	bandRate := rate // fifo: the one class has the link
 	switch p.Scheme {
@@ -247,17 +267,17 @@ func newHTB(l netlink.Link, rate uint64, p *RouterPolicy) *htbTree {
 		bandRate = uint64(float64(rate) * p.MinRate)
 	}
 	for b := range bands {
-		prio, quantum := uint32(min(b, 7)), uint32(1514)
+		prio, quantum := uint32(min(b, maxHTBPrio)), uint32(ethFrame)
 		if p.Weighted {
 			// Weighted: every band at one HTB priority, band b guaranteed and served (DRR
 			// quantum) in proportion to bands-b, so the best band gets the most but none
 			// takes the whole link.
 			w := uint64(bands - b)
 			bandRate = rate * w / uint64(bands*(bands+1)/2)
-			prio, quantum = 0, uint32(1514*w)
+			prio, quantum = 0, uint32(ethFrame*w)
 		}
 		for leaf := range p.Leaves {
-			leafRate := max(bandRate/uint64(p.Leaves), 8000)
+			leafRate := max(bandRate/uint64(p.Leaves), minLeafRate)
 			t.classes = append(t.classes, netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: idx, Parent: netlink.MakeHandle(Major, 1), Handle: ClassID(Major, b, leaf)},
 				netlink.HtbClassAttrs{Rate: leafRate, Ceil: rate, Buffer: burst(leafRate), Cbuffer: burst(rate), Quantum: quantum, Prio: prio}))
 		}

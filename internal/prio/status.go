@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -69,9 +70,22 @@ type Status struct {
 // routerStatNames name the classifier's counters (enum prio_stat); routerCounterNames are
 // what status reports, packets and cached added up from them (routerCounters).
 var (
-	routerStatNames    = []string{"fifo", "parsed", "sctp", "no_option", "malformed", "untrusted", "capped", "other", "band_change", "change_held", "no_state", "idle_reset", "move_wait", "table"}
+	routerStatNames    = sync.OnceValue(func() []string { return enumNames(loadClassifier, "prio_stat", "PRIO_STAT_") })
 	routerCounterNames = []string{"packets", "parsed", "sctp", "no_option", "malformed", "untrusted", "capped", "other", "band_change", "change_held", "no_state", "idle_reset", "move_wait", "cached"}
 )
+
+// enumNames names a program's counters from its object's enum (stats.EnumNames): C alone
+// defines them. The objects are embedded, so an error is a build's, caught by the tests.
+func enumNames(load func() (*ebpf.CollectionSpec, error), enum, prefix string) []string {
+	spec, err := load()
+	if err == nil {
+		var names []string
+		if names, err = stats.EnumNames(spec, enum, prefix); err == nil {
+			return names
+		}
+	}
+	panic(fmt.Sprintf("prio: the names of enum %s: %v", enum, err))
+}
 
 // routerCounters turns the classifier's counters into status's: every packet is under exactly
 // one of fifo, parsed, sctp, no_option, malformed and other, and a flow's packet that did not
@@ -90,7 +104,8 @@ func routerCounters(raw map[string]uint64) map[string]uint64 {
 	return out
 }
 
-var hostCounterNames = []string{"matched", "unmatched", "written", "no_room", "no_tcp_sock", "unchanged", "no_storage", "held", "deferred"}
+// hostCounterNames name the host program's counters (enum prio_host_stat).
+var hostCounterNames = sync.OnceValue(func() []string { return enumNames(loadHost, "prio_host_stat", "PRIO_HOST_") })
 
 // ReadStatus reads every router of this network namespace and every host attachment.
 func ReadStatus() (*Status, error) {
@@ -139,7 +154,7 @@ func readOne(st *Status, ns, n string) error {
 		if err := runstate.Load(subsystem, n, &rec); err != nil {
 			return err
 		}
-		counters, err := readCounters(filepath.Join(pin.Path(hostPin(rec.Name)...), "stats"), hostCounterNames)
+		counters, err := readCounters(filepath.Join(pin.Path(hostPin(rec.Name)...), "stats"), hostCounterNames())
 		if err != nil {
 			return err
 		}
@@ -182,7 +197,7 @@ func minorString(id uint32) string { return fmt.Sprintf("%x:%x", id>>16, id&0xff
 func routerStatus(ns string, rec RouterRecord) (*RouterStatus, error) {
 	rs := &RouterStatus{RouterRecord: rec, Classes: []ClassStatus{}, Flows: []FlowStatus{}}
 	dir := pin.Path(routerPin(ns, rec.Dev)...)
-	raw, err := readCounters(filepath.Join(dir, "stats"), routerStatNames)
+	raw, err := readCounters(filepath.Join(dir, "stats"), routerStatNames())
 	if err != nil {
 		return nil, err
 	}

@@ -4,8 +4,10 @@ package stats
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 )
 
 // Sum returns counter key of m summed over every CPU.
@@ -38,4 +40,27 @@ func All(m *ebpf.Map) ([]uint64, error) {
 		out[k] = n
 	}
 	return out, nil
+}
+
+// EnumNames names the counters of the reason enum called enum in spec's BTF as the C source
+// spells them: each value's name without prefix, in lower case, in value order, up to the
+// closing …_MAX. Go takes its counter names from the object, so a counter added in C cannot
+// go unnamed.
+func EnumNames(spec *ebpf.CollectionSpec, enum, prefix string) ([]string, error) {
+	var e *btf.Enum
+	if err := spec.Types.TypeByName(enum, &e); err != nil {
+		return nil, fmt.Errorf("enum %s in the BPF object: %w", enum, err)
+	}
+	var names []string
+	for i, v := range e.Values {
+		if strings.HasSuffix(v.Name, "_MAX") {
+			return names, nil
+		}
+		name, ok := strings.CutPrefix(v.Name, prefix)
+		if !ok || v.Value != uint64(i) {
+			return nil, fmt.Errorf("enum %s: %s = %d is not %s… = %d", enum, v.Name, v.Value, prefix, i)
+		}
+		names = append(names, strings.ToLower(name))
+	}
+	return nil, fmt.Errorf("enum %s has no closing …_MAX", enum)
 }

@@ -17,3 +17,12 @@ func TestDocsConfigurationKeys(t *testing.T) {
 func TestDocsCommands(t *testing.T) {
 	docscheck.Read(t, "../../docs/tune.md").CheckCommands(t, Command())
 }
+
+// Every counter of enum tune_stat has a JSON name: a counter added in C must be named here.
+func TestEveryCounterIsNamed(t *testing.T) {
+	for s := tuneTuneStat(0); s < tuneTuneStatTUNE_STAT_MAX; s++ {
+		if _, ok := statNames[s]; !ok {
+			t.Errorf("tune_stat %d has no name in statNames", s)
+		}
+	}
+}
