@@ -49,6 +49,9 @@ var Benches = []Bench{
 	{"vnet", "the user-space network",
 		"TCP goodput over one loopback UDP link and through a router, loss recovery against Linux TCP with the same loss, a 5 GB byte-exact transfer, 1,000 concurrent connections and RIP reconvergence.",
 		"vnet.md", "about 1–2 min"},
+	{"reliability", "hostile packets, faults and soak",
+		"conntrack against nf_conntrack on random conversations, coverage-guided fuzzing of every BPF program through BPF_PROG_TEST_RUN, and the fault and soak runs: what each covered and what it found.",
+		"conntrack.md", "about 45 min"},
 }
 
 func benchByName(name string) (Bench, bool) {

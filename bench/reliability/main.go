@@ -1,0 +1,67 @@
+// Command reliability runs flowplane's hostile-input and fault suites for a set time and reports
+// what they covered: conntrack against nf_conntrack on random conversations, coverage-guided
+// fuzzing of every BPF program, and the fault and soak runs. Each suite is a part (one file
+// each) that returns its tables; RELIABILITY_PARTS=a,b runs some. Prints markdown tables and
+// writes bench/results/reliability.json. Run as root: go run ./bench/reliability
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/flowplane/flowplane/bench/report"
+)
+
+// part is one suite of the reliability run.
+type part struct {
+	name string
+	// run returns the part's tables and its raw figures (saved under data[name]).
+	run func(ctx context.Context) ([]*report.Table, any, error)
+}
+
+// parts are registered by each part's file (init), run in name order.
+var parts []part
+
+func register(p part) { parts = append(parts, p) }
+
+func main() {
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx); err != nil {
+		slog.Error("reliability bench", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	slices.SortFunc(parts, func(a, b part) int { return strings.Compare(a.name, b.name) })
+	want := os.Getenv("RELIABILITY_PARTS")
+	var tables []*report.Table
+	data := map[string]any{}
+	var failed []string
+	for _, p := range parts {
+		if want != "" && !slices.Contains(strings.Split(want, ","), p.name) {
+			continue
+		}
+		ts, d, err := p.run(ctx)
+		if err != nil {
+			slog.Error("reliability part failed", "part", p.name, "err", err)
+			failed = append(failed, p.name)
+			continue
+		}
+		tables = append(tables, ts...)
+		data[p.name] = d
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("parts failed: %s", strings.Join(failed, ", "))
+	}
+	return report.Save(report.Result{Name: "reliability", Tables: tables, Data: data})
+}
