@@ -173,3 +173,36 @@ func TestMarkCounterNames(t *testing.T) {
 		t.Errorf("%d counter names for %d reasons", len(markCounterNames), markerMarkReasonMARK_REASON_MAX)
 	}
 }
+
+// A marker example and the probe example of its carrier are one measurement: the probe reads
+// the marker's colors only with the same period, start color and bits.
+func TestMarkExamplesMatchProbeExamples(t *testing.T) {
+	t.Parallel()
+	markers, _ := filepath.Glob("../../examples/marker-*.yaml")
+	probes, _ := filepath.Glob("../../examples/altmark-*.yaml")
+	for _, mf := range markers {
+		m, err := LoadMarkConfig(mf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paired := false
+		for _, pf := range probes {
+			p, err := LoadConfig(pf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Carrier != m.Carrier {
+				continue
+			}
+			paired = true
+			if p.Period != m.Period || p.StartColor != m.StartColor || !reflect.DeepEqual(p.DSCPBits, m.DSCPBits) ||
+				!reflect.DeepEqual(p.Spec().Backbone, m.Backbone) {
+				t.Errorf("%s and %s: period %v/%v, start_color %d/%d, dscp_bits %v/%v, backbone %v/%v differ",
+					mf, pf, m.Period, p.Period, m.StartColor, p.StartColor, m.DSCPBits, p.DSCPBits, m.Backbone, p.Spec().Backbone)
+			}
+		}
+		if !paired {
+			t.Errorf("%s: no probe example with carrier %s", mf, m.Carrier)
+		}
+	}
+}
