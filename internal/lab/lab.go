@@ -59,18 +59,11 @@ func check(t *topo.Topology) topo.Errors {
 					"sender's qdisc and the receiver's XDP runs before its ingress, so nothing could impair it; "+
 					"put a plain router between them or drop xdp: true on one", l.A.Node.Name, l.B.Node.Name)})
 		}
-		for _, p := range []struct {
-			key string
-			set bool
-		}{
-			{"delay", l.Delay != 0}, {"jitter", l.Jitter != 0}, {"reorder", l.Reorder != 0},
-			{"duplicate", l.Duplicate != 0}, {"corrupt", l.Corrupt != 0},
-		} {
-			if p.set {
-				errs = append(errs, topo.Error{File: t.File, Line: l.Line, Field: fmt.Sprintf("links[%d].%s", l.Index, p.key),
-					Msg: "the kernel lab cannot " + p.key + " packets: this kernel has no netem (and no fq for BPF departure times); " +
-						"run the topology with `flowplane vnet up`, whose links do delay, jitter, reorder, duplicate and corrupt"})
-			}
+		if l.Impaired() && (l.A.Node.XDP || l.B.Node.XDP) {
+			errs = append(errs, topo.Error{File: t.File, Line: l.Line, Field: fmt.Sprintf("links[%d]", l.Index),
+				Msg: "a link of an xdp node cannot have delay, jitter, reorder, duplicate, corrupt or gemodel loss: its relay " +
+					"receives with a packet socket, which frames redirected by XDP into a veth skip; put a plain router " +
+					"between the xdp node and the impaired link"})
 		}
 	}
 	return errs

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flowplane/flowplane/internal/config"
+	"github.com/flowplane/flowplane/internal/impair"
 )
 
 // Kind says whether a node forwards packets.
@@ -47,6 +48,26 @@ type Iface struct {
 	Link *Link
 	IPv4 netip.Prefix // address and prefix length of the link
 	IPv6 netip.Prefix
+	// Egress is what the link does in user space to the packets this end sends: the link's
+	// delay, jitter, distribution, reorder, duplicate and corrupt keys, each overridden by the
+	// endpoint's own.
+	Egress Impairment
+}
+
+// Impairment is what a link does to one direction's packets beyond rate and loss: netem's
+// delay, jitter, reordering, duplication and corruption. Percentages are 0..100.
+type Impairment struct {
+	Delay        time.Duration
+	Jitter       time.Duration
+	Distribution impair.Distribution // of the jitter; "" until build sets the default
+	Reorder      float64
+	Duplicate    float64
+	Corrupt      float64
+}
+
+// Set reports whether the impairment does anything.
+func (im Impairment) Set() bool {
+	return im.Delay > 0 || im.Jitter > 0 || im.Reorder > 0 || im.Duplicate > 0 || im.Corrupt > 0
 }
 
 // Peer is the other end of the link.
@@ -64,15 +85,18 @@ type Link struct {
 	A, B  *Iface
 	MTU   int
 	Rate  uint64 // bits per second
-	// Loss, Reorder, Duplicate and Corrupt are probabilities in percent. HasLoss is true when the
-	// file sets loss, even to 0, so a dataplane can attach its loss stage and count.
-	Loss      float64
-	HasLoss   bool
-	Delay     time.Duration
-	Jitter    time.Duration
-	Reorder   float64
-	Duplicate float64
-	Corrupt   float64
+	// Loss is a probability in percent. HasLoss is true when the file sets loss, even to 0, so a
+	// dataplane can attach its loss stage and count. LossGE, when set, replaces Loss by burst
+	// loss (`loss: gemodel …`); Loss is then its mean.
+	Loss    float64
+	HasLoss bool
+	LossGE  *impair.GilbertElliott
+}
+
+// Impaired reports whether the link needs more than rate and Bernoulli loss: delay, jitter,
+// reordering, duplication, corruption or burst loss, on either end.
+func (l *Link) Impaired() bool {
+	return l.A.Egress.Set() || l.B.Egress.Set() || l.LossGE != nil
 }
 
 // DefaultMTU is the MTU of a link that does not set one.
@@ -140,4 +164,13 @@ func (t *Topology) Node(name string) *Node {
 		}
 	}
 	return nil
+}
+
+// Params is what this end's egress does in internal/impair's terms: the link's loss and rate and
+// the end's Egress.
+func (i *Iface) Params(seed uint64) impair.Params {
+	l, e := i.Link, i.Egress
+	return impair.Params{Loss: l.Loss / 100, GE: l.LossGE, Rate: l.Rate, Seed: seed,
+		Delay: e.Delay, Jitter: e.Jitter, Distribution: e.Distribution,
+		Reorder: e.Reorder / 100, Duplicate: e.Duplicate / 100, Corrupt: e.Corrupt / 100}
 }
