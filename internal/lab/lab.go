@@ -110,11 +110,18 @@ func (l *Lab) create() error {
 			return fmt.Errorf("routes of %s: %w", n.Name, err)
 		}
 	}
+	for _, link := range l.Topology.Links {
+		if link.Impaired() {
+			if err := l.startRelay(link); err != nil {
+				return fmt.Errorf("link %s-%s: %w", link.A.Node.Name, link.B.Node.Name, err)
+			}
+		}
+	}
 	return nil
 }
 
 // Down removes every kernel object of the lab: the processes running on its nodes, its
-// namespaces (and with them veths, qdiscs and BPF attachments), its pins and its record. It also cleans up after a lab that died half-way.
+// namespaces (and with them veths, qdiscs and BPF attachments), its links' relays, its pins and its record. It also cleans up after a lab that died half-way.
 func Down(name string) error {
 	if err := topo.ValidName(name); err != nil {
 		return err
@@ -140,6 +147,9 @@ func Down(name string) error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if err := os.RemoveAll(relayRunDir(name)); err != nil {
+		errs = append(errs, err)
 	}
 	if _, err := os.Stat(pin.Path("lab", name)); err == nil {
 		found = true

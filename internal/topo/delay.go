@@ -34,7 +34,7 @@ func parseLoss(s string) (percent float64, ge *impair.GilbertElliott, err error)
 	if len(f) < 3 || len(f) > 5 {
 		return 0, nil, fmt.Errorf("%q: %s", s, usage)
 	}
-	v := []float64{0, 0, 100, 0}
+	v := []float64{0, 0, 1, 0}
 	for i, x := range f[1:] {
 		p, err := units.ParsePercent(x)
 		if err != nil {
