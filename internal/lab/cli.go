@@ -22,7 +22,8 @@ func Command() *cobra.Command {
 		Use:   "lab",
 		Short: "Run topologies of network namespaces described in YAML",
 		Long: "lab builds Mininet-style topologies out of network namespaces: hosts and routers joined by veth\n" +
-			"links with optional rate (HTB) and loss (a cls_bpf program on the clsact egress hook), routed so every host reaches every host\n" +
+			"links with optional rate (HTB), loss (a cls_bpf program on the clsact egress hook) and delay, jitter, reordering,\n" +
+			"duplication, corruption or burst loss (a user-space relay per such link), routed so every host reaches every host\n" +
 			"over IPv4 and IPv6. See docs/lab.md for the file format.",
 	}
 	cmd.AddCommand(upCmd(), downCmd(), listCmd(), statusCmd(), execCmd())

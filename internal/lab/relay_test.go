@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -426,15 +425,35 @@ func TestRelayDownLeavesNothing(t *testing.T) {
 	if err := lab.Down(l.Name()); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(r.PID, 0); err == nil {
-		// Our own child until reaped: a zombie still answers kill 0.
-		if data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.PID)); !strings.Contains(string(data), ") Z ") {
-			t.Errorf("relay %d survived lab down", r.PID)
+	// The relay has left the namespace once lab down returns, but may still be exiting, and it
+	// stays a zombie until this process, its parent, reaps it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.PID))
+		if err != nil || strings.Contains(string(data), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("relay %d survived lab down: %s", r.PID, data)
 		}
 	}
 	assertGone(t, l.Name())
 	entries, _ := os.ReadDir("/run/flowplane/lab")
 	if i := slices.IndexFunc(entries, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), l.Name()+".") }); i >= 0 {
 		t.Errorf("%s is left", entries[i].Name())
+	}
+}
+
+// A link of an xdp node cannot be impaired: XDP-redirected frames would skip the relay.
+func TestRelayRefusedOnXDPLink(t *testing.T) {
+	t.Parallel()
+	_, err := lab.Parse("x.yaml", []byte(`
+nodes:
+  r1: {kind: router, xdp: true}
+  h1: {}
+links:
+  - endpoints: [r1, {node: h1, delay: 5ms}]
+`), "fpxx")
+	if err == nil || !strings.Contains(err.Error(), "x.yaml:6: links[0]: a link of an xdp node cannot have delay") {
+		t.Fatalf("Parse: %v", err)
 	}
 }
