@@ -61,6 +61,7 @@ func (s impSpec) over(o impSpec) Impairment {
 	if im.Distribution == "" {
 		im.Distribution = impair.Distributions[0]
 	}
+	im.Given = len(s.set)+len(o.set) > 0
 	return im
 }
 

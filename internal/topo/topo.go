@@ -63,11 +63,9 @@ type Impairment struct {
 	Reorder      float64
 	Duplicate    float64
 	Corrupt      float64
-}
-
-// Set reports whether the impairment does anything.
-func (im Impairment) Set() bool {
-	return im.Delay > 0 || im.Jitter > 0 || im.Reorder > 0 || im.Duplicate > 0 || im.Corrupt > 0
+	// Given is true when the file sets any of these keys for this direction, even to 0 (as
+	// `loss: 0` attaches the loss stage): the link is then impaired, with a relay in the lab.
+	Given bool
 }
 
 // Peer is the other end of the link.
@@ -94,9 +92,10 @@ type Link struct {
 }
 
 // Impaired reports whether the link needs more than rate and Bernoulli loss: delay, jitter,
-// reordering, duplication, corruption or burst loss, on either end.
+// distribution, reordering, duplication or corruption given on it or an end (even at 0), or
+// burst loss.
 func (l *Link) Impaired() bool {
-	return l.A.Egress.Set() || l.B.Egress.Set() || l.LossGE != nil
+	return l.A.Egress.Given || l.B.Egress.Given || l.LossGE != nil
 }
 
 // DefaultMTU is the MTU of a link that does not set one.
