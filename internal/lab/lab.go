@@ -120,8 +120,9 @@ func (l *Lab) create() error {
 	return nil
 }
 
-// Down removes every kernel object of the lab: the processes running on its nodes, its
-// namespaces (and with them veths, qdiscs and BPF attachments), its links' relays, its pins and its record. It also cleans up after a lab that died half-way.
+// Down removes every kernel object of the lab: the processes running on its nodes and its
+// links' relays, its namespaces (and with them veths, qdiscs and BPF attachments), its pins, the
+// relays' files and its record. It also cleans up after a lab that died half-way.
 func Down(name string) error {
 	if err := topo.ValidName(name); err != nil {
 		return err

@@ -32,7 +32,7 @@ const relayIfA, relayIfB = "fpa", "fpb"
 // relayNetns is the namespace of an impaired link's relay; "_" cannot start a node name.
 func (l *Lab) relayNetns(link *topo.Link) string { return l.Netns("_link" + strconv.Itoa(link.Index)) }
 
-// relayDir holds the relays' counters files and logs.
+// relayRunDir holds the relays' counters files and logs.
 func relayRunDir(lab string) string { return filepath.Join(runstate.Root, subsystem, lab+".relay") }
 
 func (l *Lab) relayFile(link *topo.Link, ext string) string {

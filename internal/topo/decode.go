@@ -274,7 +274,7 @@ func decodeLinks(el *config.Collector, v *yaml.Node) []linkSpec {
 		}
 		checkJitter(el, l.imp.over(impSpec{}), lv.Line, field)
 		for j, e := range l.ends {
-			if len(e.imp.set) > 0 {
+			if e.imp.set["delay"] || e.imp.set["jitter"] {
 				checkJitter(el, l.imp.over(e.imp), e.line, fmt.Sprintf("%s.endpoints[%d]", field, j))
 			}
 		}
