@@ -334,7 +334,7 @@ func (b *bench) experiment(c config, kern tune.Kernel, where string) (*report.Ta
 			"Every RPC opens a new connection; latency includes the handshake. Each 10 KB flow starts an RPC every %v (the next one at once if an RPC took longer). Retransmissions are TcpRetransSegs summed over the sender and receiver namespaces.", c.clamp, kern.HZ, c.smallGap),
 	}
 	if where != "" {
-		t.Notes = append(t.Notes, "The goals are the intra-DC experiment's; over a WAN the policy (meant for intra-DC peers, and matching this one by its address) is expected to miss them: a cwnd clamp of a few segments cannot fill a path of this RTT.")
+		t.Notes = append(t.Notes, "The goals are the intra-DC experiment's; over a WAN the policy (meant for intra-DC peers, and matching this one by its address) is expected to miss them: a cwnd clamp of a few segments cannot fill a path of this RTT, and a SYN RTO below the RTT retransmits SYNs that were not lost (the SYN/SYN-ACK column).")
 	}
 	return t, results, nil
 }

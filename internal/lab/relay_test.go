@@ -12,6 +12,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -455,5 +456,32 @@ links:
 `), "fpxx")
 	if err == nil || !strings.Contains(err.Error(), "x.yaml:6: links[0]: a link of an xdp node cannot have delay") {
 		t.Fatalf("Parse: %v", err)
+	}
+}
+
+// A relay that cannot start fails lab up, which then removes everything it made: namespaces
+// (the relay's too), interfaces, processes and files.
+func TestRelayFailureRollsBack(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	name := testenv.Name("f")
+	yaml := "nodes: {h1: {}, h2: {}}\nlinks:\n  - endpoints: [h1, h2]\n    delay: 1ms\n"
+	top, err := lab.Parse("fail.yaml", []byte(yaml), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The relay's counters file cannot be created where a directory stands.
+	blocker := filepath.Join("/run/flowplane/lab", name+".relay", "link0.stats")
+	if err := os.MkdirAll(blocker, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(blocker)); _ = lab.Down(name) })
+	_, err = lab.Up("fail.yaml", []byte(yaml), top)
+	if err == nil || !strings.Contains(err.Error(), "relay exited") || !strings.Contains(err.Error(), "rolled back") {
+		t.Fatalf("lab up: %v, want the relay's failure, rolled back", err)
+	}
+	assertGone(t, name)
+	if _, err := os.Stat(filepath.Dir(blocker)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the relay directory is left (%v)", err)
 	}
 }
