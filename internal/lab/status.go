@@ -111,7 +111,9 @@ func (l *Lab) Status() (*Status, error) {
 			ls.AToB, ls.BToA = impairmentStatus(link.A), impairmentStatus(link.B)
 			r, err := l.Relay(link)
 			if err != nil {
-				return nil, err
+				// No counters file: the relay never started or its files are gone. Say so in the
+				// status rather than failing it.
+				r = &RelayStatus{Netns: l.relayNetns(link)}
 			}
 			ls.Relay = r
 		}
