@@ -242,16 +242,16 @@ func (r *relayDir) run() error {
 			rxBufs[i] = r.get()
 		}
 		next = sh.Due(now, emit)
-		for len(out) > 0 {
-			k := min(len(out), relayBatch)
-			sent := tx.send(r.out, out[:k])
+		for i := 0; i < len(out); i += relayBatch {
+			batch := out[i:min(i+relayBatch, len(out))]
+			sent := tx.send(r.out, batch)
 			r.c.TxPackets += uint64(sent)
-			r.c.TxErrors += uint64(k - sent)
-			for _, b := range out[:k] {
+			r.c.TxErrors += uint64(len(batch) - sent)
+			for _, b := range batch {
 				r.put(b)
 			}
-			out = out[k:]
 		}
+		clear(out)
 		out = out[:0]
 		if now-lastFlush >= relayFlush {
 			lastFlush = now
