@@ -5,8 +5,8 @@
 // baseline runs in a cgroup without a program, the policy run in a cgroup with the tune policy
 // (cwnd clamp, SYN RTO 10 ms, 150 KB buffers for intra-DC peers); the two alternate per X in
 // one run, then again towards a second receiver behind the same bottleneck and a WAN link
-// (-wan-delay, 10 ms each way by default: the lab's relay delays it). It also measures connection setup with 1,000 rules loaded against no program and a
-// `return 1` program: connections per CPU second of three setup loops sharing one CPU at once,
+// (-wan-delay, 10 ms each way by default: the lab's relay delays it). It also measures
+// connection setup with 1,000 rules loaded against no program and a `return 1` program: connections per CPU second of three setup loops sharing one CPU at once,
 // and the kernel's run time of the programs.
 //
 // The binary re-executes itself as the RPC load generator (`tune rpc …`) inside namespaces and
@@ -321,10 +321,13 @@ func (b *bench) experiment(c config, kern tune.Kernel, where string) (*report.Ta
 			} else {
 				t.Add(x, label, f1(rr.LargeRPS), f1(rr.LargeMbps), f1(rr.StreamMbps), f1(rr.TotalMbps), f2(rr.P50), f2(rr.P99), rr.Retrans, rr.SynRetrans,
 					ratio(float64(rr.Retrans), float64(base.Retrans)), ratio(rr.P99, base.P99), ratio(rr.LargeMbps, base.LargeMbps), ratio(rr.TotalMbps, base.TotalMbps))
-				// Retransmissions ≥ 5× lower, small RPCs' tail at most half, bulk goodput kept.
-				t.Goal(report.AtMost("retrans ratio", div(float64(rr.Retrans), float64(base.Retrans)), 0.2),
-					report.AtMost("10 KB p99 ratio", div(rr.P99, base.P99), 0.5),
-					report.AtLeast("1 MB goodput ratio", div(rr.LargeMbps, base.LargeMbps), 0.95))
+				// Retransmissions ≥ 5× lower, small RPCs' tail at most half, bulk goodput kept (the
+				// intra-DC promise; the WAN rows are for comparison only).
+				if where == "" {
+					t.Goal(report.AtMost("retrans ratio", div(float64(rr.Retrans), float64(base.Retrans)), 0.2),
+						report.AtMost("10 KB p99 ratio", div(rr.P99, base.P99), 0.5),
+						report.AtLeast("1 MB goodput ratio", div(rr.LargeMbps, base.LargeMbps), 0.95))
+				}
 			}
 			fmt.Fprintf(os.Stderr, "%s X=%d %s: %+v\n", b.dstNode, x, mode, rr)
 		}
@@ -334,7 +337,7 @@ func (b *bench) experiment(c config, kern tune.Kernel, where string) (*report.Ta
 			"Every RPC opens a new connection; latency includes the handshake. Each 10 KB flow starts an RPC every %v (the next one at once if an RPC took longer). Retransmissions are TcpRetransSegs summed over the sender and receiver namespaces.", c.clamp, kern.HZ, c.smallGap),
 	}
 	if where != "" {
-		t.Notes = append(t.Notes, "The goals are the intra-DC experiment's; over a WAN the policy (meant for intra-DC peers, and matching this one by its address) is expected to miss them: a cwnd clamp of a few segments cannot fill a path of this RTT, and a SYN RTO below the RTT retransmits SYNs that were not lost (the SYN/SYN-ACK column).")
+		t.Notes = append(t.Notes, "No goals here: the policy is meant for intra-DC peers (it matches this one by its address), and over a WAN it is not expected to keep the intra-DC promises: a cwnd clamp of a few segments cannot fill a path of this RTT, and a SYN RTO below the RTT retransmits SYNs that were not lost (the SYN/SYN-ACK column).")
 	}
 	return t, results, nil
 }
