@@ -28,7 +28,7 @@ func (b *bench) fct(ctx context.Context) error {
 		pias := cdf.PIASThresholds(4)
 		for _, load := range b.c.loads {
 			t := &report.Table{
-				Title: fmt.Sprintf("FCT: %s, load %g%%, %s bottleneck (ratios to fifo; fifo in ms)", w, load*100, fmtRate(b.c.rate)),
+				Title: fmt.Sprintf("FCT: %s, load %g%%, %s bottleneck%s (ratios to fifo; fifo in ms)", w, load*100, fmtRate(b.c.rate), b.delayNote()),
 				Columns: []string{"scheme", "small mean", "small p99", "medium mean", "medium p99", "large mean",
 					"flows done", "unfinished"},
 			}
@@ -130,4 +130,12 @@ func classes(flows []Flow) fctClasses {
 		}
 	}
 	return fctClasses{summarize(small).mean, percentile(small, 99), summarize(med).mean, percentile(med, 99), summarize(large).mean}
+}
+
+// delayNote names the receivers' links' delay in titles, if any.
+func (b *bench) delayNote() string {
+	if b.c.delay == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", receivers' links delayed %v each way", b.c.delay)
 }

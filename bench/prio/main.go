@@ -87,6 +87,7 @@ type config struct {
 	fifoLimit   int
 	bg          int
 	capBytes    float64
+	delay       time.Duration // one-way delay of the receivers' links (the lab's relay), 0: none
 }
 
 func main() {
@@ -120,6 +121,7 @@ func main() {
 	flag.IntVar(&c.fifoLimit, "fifo-limit", 0, "packets in fifo's one queue (0: the router policy's default, as many as a band of the others)")
 	flag.IntVar(&c.bg, "bg", 2, "fct: long-lived background flows per sender")
 	flag.Float64Var(&c.capBytes, "cap", 30e6, "fct: largest flow size, bytes")
+	flag.DurationVar(&c.delay, "delay", 0, "one-way delay of the links to d1 and d2 (the lab's relay), for a longer RTT than the lab's microseconds, e.g. 250us")
 	flag.Parse()
 	if c.runs < 1 {
 		fmt.Fprintf(os.Stderr, "-runs: %d is not a number of rounds (give 1 or more)\n", c.runs)
@@ -229,11 +231,17 @@ func run(ctx context.Context, c config) error {
 	tag := make([]byte, 3)
 	_, _ = rand.Read(tag)
 	name := "pb" + hex.EncodeToString(tag)
-	top, err := lab.Parse("bench-prio.yaml", []byte(topology), name)
+	yaml := topology
+	if c.delay > 0 {
+		// The receivers' links, after the bottleneck: the prio router's HTB on r1 stays what it is.
+		yaml = strings.Replace(yaml, "  - endpoints: [r2, d1]\n", fmt.Sprintf("  - endpoints: [r2, d1]\n    delay: %v\n", c.delay), 1)
+		yaml = strings.Replace(yaml, "  - endpoints: [r2, d2]\n", fmt.Sprintf("  - endpoints: [r2, d2]\n    delay: %v\n", c.delay), 1)
+	}
+	top, err := lab.Parse("bench-prio.yaml", []byte(yaml), name)
 	if err != nil {
 		return err
 	}
-	if b.l, err = lab.Up("bench-prio.yaml", []byte(topology), top); err != nil {
+	if b.l, err = lab.Up("bench-prio.yaml", []byte(yaml), top); err != nil {
 		return fmt.Errorf("lab up: %w", err)
 	}
 	defer func() {

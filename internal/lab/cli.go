@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,7 +22,8 @@ func Command() *cobra.Command {
 		Use:   "lab",
 		Short: "Run topologies of network namespaces described in YAML",
 		Long: "lab builds Mininet-style topologies out of network namespaces: hosts and routers joined by veth\n" +
-			"links with optional rate (HTB) and loss (a cls_bpf program on the clsact egress hook), routed so every host reaches every host\n" +
+			"links with optional rate (HTB), loss (a cls_bpf program on the clsact egress hook) and delay, jitter, reordering,\n" +
+			"duplication, corruption or burst loss (a user-space relay per such link), routed so every host reaches every host\n" +
 			"over IPv4 and IPv6. See docs/lab.md for the file format.",
 	}
 	cmd.AddCommand(upCmd(), downCmd(), listCmd(), statusCmd(), execCmd())
@@ -228,6 +230,31 @@ func printStatus(out io.Writer, s *Status) error {
 			loss = fmt.Sprintf("%g%%", l.Loss)
 		}
 		fmt.Fprintf(w, "%s — %s\t%d\t%s\t%s\n", l.A, l.B, l.MTU, rate, loss)
+	}
+	relays := false
+	for _, l := range s.Links {
+		if l.Relay == nil {
+			continue
+		}
+		if !relays {
+			relays = true
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "RELAY\tDIRECTION\tIMPAIRMENT\tPID\tRX\tTX\tDELAYED\tLOST\tDUPLICATED\tREORDERED\tCORRUPTED\tOVERFLOW\tQUEUE")
+		}
+		pid := strconv.Itoa(l.Relay.PID)
+		if !l.Relay.Alive {
+			pid += " (dead)"
+		}
+		for _, d := range []struct {
+			name string
+			im   *Impairment
+			c    RelayCounters
+		}{{l.A + " → " + l.B, l.AToB, l.Relay.AToB}, {l.B + " → " + l.A, l.BToA, l.Relay.BToA}} {
+			im := fmt.Sprintf("delay %s ± %s %s, reorder %g%%, duplicate %g%%, corrupt %g%%, loss %s", d.im.Delay, d.im.Jitter,
+				d.im.Distribution, d.im.Reorder, d.im.Duplicate, d.im.Corrupt, d.im.LossModel)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", l.Relay.Netns, d.name, im, pid,
+				d.c.RxPackets, d.c.TxPackets, d.c.Delayed, d.c.Lost, d.c.Duplicated, d.c.Reordered, d.c.Corrupted, d.c.Overflow, d.c.Queue)
+		}
 	}
 	return w.Flush()
 }

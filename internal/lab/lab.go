@@ -59,18 +59,11 @@ func check(t *topo.Topology) topo.Errors {
 					"sender's qdisc and the receiver's XDP runs before its ingress, so nothing could impair it; "+
 					"put a plain router between them or drop xdp: true on one", l.A.Node.Name, l.B.Node.Name)})
 		}
-		for _, p := range []struct {
-			key string
-			set bool
-		}{
-			{"delay", l.Delay != 0}, {"jitter", l.Jitter != 0}, {"reorder", l.Reorder != 0},
-			{"duplicate", l.Duplicate != 0}, {"corrupt", l.Corrupt != 0},
-		} {
-			if p.set {
-				errs = append(errs, topo.Error{File: t.File, Line: l.Line, Field: fmt.Sprintf("links[%d].%s", l.Index, p.key),
-					Msg: "the kernel lab cannot " + p.key + " packets: this kernel has no netem (and no fq for BPF departure times); " +
-						"run the topology with `flowplane vnet up`, whose links do delay, jitter, reorder, duplicate and corrupt"})
-			}
+		if l.Impaired() && (l.A.Node.XDP || l.B.Node.XDP) {
+			errs = append(errs, topo.Error{File: t.File, Line: l.Line, Field: fmt.Sprintf("links[%d]", l.Index),
+				Msg: "a link of an xdp node cannot have delay, jitter, reorder, duplicate, corrupt or gemodel loss: its relay " +
+					"receives with a packet socket, which frames redirected by XDP into a veth skip; put a plain router " +
+					"between the xdp node and the impaired link"})
 		}
 	}
 	return errs
@@ -117,11 +110,19 @@ func (l *Lab) create() error {
 			return fmt.Errorf("routes of %s: %w", n.Name, err)
 		}
 	}
+	for _, link := range l.Topology.Links {
+		if link.Impaired() {
+			if err := l.startRelay(link); err != nil {
+				return fmt.Errorf("link %s-%s: %w", link.A.Node.Name, link.B.Node.Name, err)
+			}
+		}
+	}
 	return nil
 }
 
-// Down removes every kernel object of the lab: the processes running on its nodes, its
-// namespaces (and with them veths, qdiscs and BPF attachments), its pins and its record. It also cleans up after a lab that died half-way.
+// Down removes every kernel object of the lab: the processes running on its nodes and its
+// links' relays, its namespaces (and with them veths, qdiscs and BPF attachments), its pins, the
+// relays' files and its record. It also cleans up after a lab that died half-way.
 func Down(name string) error {
 	if err := topo.ValidName(name); err != nil {
 		return err
@@ -147,6 +148,9 @@ func Down(name string) error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if err := os.RemoveAll(relayRunDir(name)); err != nil {
+		errs = append(errs, err)
 	}
 	if _, err := os.Stat(pin.Path("lab", name)); err == nil {
 		found = true

@@ -45,6 +45,12 @@ func setupNode(n *topo.Node) error {
 // addLink creates the veth pair straight into the two namespaces (it never exists in the
 // host's), then configures each end.
 func (l *Lab) addLink(link *topo.Link) error {
+	if link.Impaired() {
+		if err := l.addRelayedLink(link); err != nil {
+			return err
+		}
+		return l.setupEnds(link)
+	}
 	hA, err := netns.GetFromPath(nsrun.Path(l.Netns(link.A.Node.Name)))
 	if err != nil {
 		return err
@@ -64,6 +70,11 @@ func (l *Lab) addLink(link *topo.Link) error {
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("add veth %s/%s: %w", veth.Name, veth.PeerName, err)
 	}
+	return l.setupEnds(link)
+}
+
+// setupEnds configures the two node ends of a link.
+func (l *Lab) setupEnds(link *topo.Link) error {
 	for _, end := range []*topo.Iface{link.A, link.B} {
 		if err := nsrun.Do(l.Netns(end.Node.Name), func() error { return l.setupIface(end) }); err != nil {
 			return fmt.Errorf("%s %s: %w", end.Node.Name, end.Name, err)
@@ -76,6 +87,14 @@ func (l *Lab) setupIface(ifc *topo.Iface) error {
 	dev, err := netlink.LinkByName(l.IfName(ifc))
 	if err != nil {
 		return err
+	}
+	if ifc.Link.Impaired() {
+		// The relay copies frames as they are: a checksum left to an offload would reach the
+		// receiver unfinished, and a corrupted bit must hit the bytes a checksum covers. Without
+		// checksum offload TSO goes too, so the relay sees wire-sized frames.
+		if err := ethtoolSet(dev.Attrs().Name, ethtoolValue{ethtoolSetTxCsum, 0}); err != nil {
+			return err
+		}
 	}
 	if l.lossy() {
 		// Loss is decided per skb, and one GSO skb can carry dozens of segments: losing them
@@ -117,7 +136,7 @@ func (l *Lab) setupIface(ifc *topo.Iface) error {
 			return err
 		}
 	}
-	if ifc.Link.HasLoss && !ifc.Node.XDP {
+	if ifc.Link.HasLoss && !ifc.Node.XDP && !ifc.Link.Impaired() { // a relay does its link's loss
 		if err := l.attachLoss(ifc, dev); err != nil {
 			return err
 		}
@@ -161,10 +180,10 @@ func (l *Lab) addRoutes(n *topo.Node) error {
 	return nil
 }
 
-// lossy is true when some link of the lab drops packets.
+// lossy is true when some link of the lab drops packets with the loss program.
 func (l *Lab) lossy() bool {
 	for _, link := range l.Topology.Links {
-		if link.Loss > 0 {
+		if link.Loss > 0 && !link.Impaired() {
 			return true
 		}
 	}

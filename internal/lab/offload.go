@@ -33,22 +33,21 @@ type ifreqData struct {
 // checksum state, so its sender must write complete checksums instead of leaving them to an
 // offload (CHECKSUM_PARTIAL). docs/conntrack.md has the details.
 func prepareXDPPeer(ifname string) error {
+	return ethtoolSet(ifname, ethtoolValue{ethtoolSetGRO, 1}, ethtoolValue{ethtoolSetTxCsum, 0})
+}
+
+// ethtoolSet applies legacy ethtool settings to ifname, in the calling thread's namespace.
+func ethtoolSet(ifname string, settings ...ethtoolValue) error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("ethtool socket: %w", err)
 	}
 	defer unix.Close(fd)
-	for _, s := range []struct {
-		what string
-		v    ethtoolValue
-	}{
-		{"switch GRO on", ethtoolValue{ethtoolSetGRO, 1}},
-		{"switch tx checksum offload off", ethtoolValue{ethtoolSetTxCsum, 0}},
-	} {
-		ifr := ifreqData{data: unsafe.Pointer(&s.v)}
+	for _, v := range settings {
+		ifr := ifreqData{data: unsafe.Pointer(&v)}
 		copy(ifr.name[:unix.IFNAMSIZ-1], ifname)
 		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr))); errno != 0 {
-			return fmt.Errorf("%s on %s: %w", s.what, ifname, errno)
+			return fmt.Errorf("ethtool command %#x = %d on %s: %w", v.cmd, v.data, ifname, errno)
 		}
 	}
 	return nil

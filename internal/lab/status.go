@@ -50,6 +50,32 @@ type LinkStatus struct {
 	Rate    string  `json:"rate,omitempty"`
 	RateBPS uint64  `json:"rate_bps,omitempty"`
 	Loss    float64 `json:"loss_percent"`
+	// The user-space impairments, per direction, and the relay that applies them (nil for a
+	// plain veth link).
+	AToB  *Impairment  `json:"a_to_b,omitempty"`
+	BToA  *Impairment  `json:"b_to_a,omitempty"`
+	Relay *RelayStatus `json:"relay,omitempty"`
+}
+
+// Impairment is one direction's impairments as status shows them.
+type Impairment struct {
+	Delay        string  `json:"delay"`
+	Jitter       string  `json:"jitter"`
+	Distribution string  `json:"distribution"`
+	Reorder      float64 `json:"reorder_percent"`
+	Duplicate    float64 `json:"duplicate_percent"`
+	Corrupt      float64 `json:"corrupt_percent"`
+	LossModel    string  `json:"loss_model"` // random or gemodel
+}
+
+func impairmentStatus(ifc *topo.Iface) *Impairment {
+	e := ifc.Egress
+	im := &Impairment{Delay: e.Delay.String(), Jitter: e.Jitter.String(), Distribution: string(e.Distribution),
+		Reorder: e.Reorder, Duplicate: e.Duplicate, Corrupt: e.Corrupt, LossModel: "random"}
+	if g := ifc.Link.LossGE; g != nil {
+		im.LossModel = fmt.Sprintf("gemodel %g%% %g%% %g%% %g%%", 100*g.P, 100*g.R, 100*g.LossBad, 100*g.LossGood)
+	}
+	return im
 }
 
 // Status reads the lab's state from the kernel.
@@ -80,6 +106,16 @@ func (l *Lab) Status() (*Status, error) {
 		ls := LinkStatus{A: link.A.Node.Name + ":" + link.A.Name, B: link.B.Node.Name + ":" + link.B.Name, MTU: link.MTU, Loss: link.Loss, RateBPS: link.Rate}
 		if link.Rate > 0 {
 			ls.Rate = units.FormatRate(link.Rate)
+		}
+		if link.Impaired() {
+			ls.AToB, ls.BToA = impairmentStatus(link.A), impairmentStatus(link.B)
+			r, err := l.Relay(link)
+			if err != nil {
+				// No counters file: the relay never started or its files are gone. Say so in the
+				// status rather than failing it.
+				r = &RelayStatus{Netns: l.relayNetns(link)}
+			}
+			ls.Relay = r
 		}
 		s.Links = append(s.Links, ls)
 	}

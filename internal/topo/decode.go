@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/flowplane/flowplane/internal/config"
+	"github.com/flowplane/flowplane/internal/impair"
 	"github.com/flowplane/flowplane/internal/units"
 )
 
@@ -29,20 +30,100 @@ type endpointSpec struct {
 	node       string
 	line       int
 	ipv4, ipv6 netip.Prefix
+	imp        impSpec // overrides of the link's
+}
+
+// impSpec is an Impairment as a file gives it: the keys it sets, and their values.
+type impSpec struct {
+	set map[string]bool
+	Impairment
+}
+
+// over returns s with the keys o sets taken from o.
+func (s impSpec) over(o impSpec) Impairment {
+	im := s.Impairment
+	for k := range o.set {
+		switch k {
+		case "delay":
+			im.Delay = o.Delay
+		case "jitter":
+			im.Jitter = o.Jitter
+		case "distribution":
+			im.Distribution = o.Distribution
+		case "reorder":
+			im.Reorder = o.Reorder
+		case "duplicate":
+			im.Duplicate = o.Duplicate
+		case "corrupt":
+			im.Corrupt = o.Corrupt
+		}
+	}
+	if im.Distribution == "" {
+		im.Distribution = impair.Distributions[0]
+	}
+	im.Given = len(s.set)+len(o.set) > 0
+	return im
+}
+
+// decodeImpairment reads one of ImpairmentKeys into s.
+func decodeImpairment(el *config.Collector, s *impSpec, key, field string, kv *yaml.Node) {
+	str, ok := el.Scalar(kv, field)
+	if !ok {
+		return
+	}
+	if s.set == nil {
+		s.set = map[string]bool{}
+	}
+	s.set[key] = true
+	percent := func(dst *float64) {
+		p, err := units.ParsePercent(str)
+		if err != nil {
+			el.Add(kv.Line, field, "%v", err)
+		}
+		*dst = p
+	}
+	delay := func(dst *time.Duration) {
+		d, err := parseDelay(str)
+		if err != nil {
+			el.Add(kv.Line, field, "%v", err)
+		}
+		*dst = d
+	}
+	switch key {
+	case "delay":
+		delay(&s.Delay)
+	case "jitter":
+		delay(&s.Jitter)
+	case "reorder":
+		percent(&s.Reorder)
+	case "duplicate":
+		percent(&s.Duplicate)
+	case "corrupt":
+		percent(&s.Corrupt)
+	case "distribution":
+		if !slices.Contains(impair.Distributions, impair.Distribution(str)) {
+			el.Add(kv.Line, field, "unknown distribution %q; use %s", str, orList(impair.Distributions))
+			return
+		}
+		s.Distribution = impair.Distribution(str)
+	}
+}
+
+func checkJitter(el *config.Collector, im Impairment, line int, field string) {
+	if im.Jitter > im.Delay {
+		el.Add(line, field+".jitter", "jitter %v is larger than delay %v; jitter varies the delay and cannot make it negative", im.Jitter, im.Delay)
+	}
 }
 
 type linkSpec struct {
-	line      int
-	ends      []endpointSpec
-	mtu       int
-	rate      uint64
-	loss      float64
-	hasLoss   bool
-	delay     time.Duration
-	jitter    time.Duration
-	reorder   float64
-	duplicate float64
-	corrupt   float64
+	line    int
+	ends    []endpointSpec
+	mtu     int
+	rate    uint64
+	loss    float64
+	hasLoss bool
+	lossGE  *impair.GilbertElliott
+	imp     impSpec
 }
 
 type spec struct {
@@ -156,24 +237,6 @@ func decodeLinks(el *config.Collector, v *yaml.Node) []linkSpec {
 	for i, lv := range v.Content {
 		field := fmt.Sprintf("links[%d]", i)
 		l := linkSpec{line: lv.Line}
-		percent := func(kv *yaml.Node, key string, dst *float64) {
-			if str, ok := el.Scalar(kv, field+"."+key); ok {
-				p, err := units.ParsePercent(str)
-				if err != nil {
-					el.Add(kv.Line, field+"."+key, "%v", err)
-				}
-				*dst = p
-			}
-		}
-		delay := func(kv *yaml.Node, key string, dst *time.Duration) {
-			if str, ok := el.Scalar(kv, field+"."+key); ok {
-				d, err := parseDelay(str)
-				if err != nil {
-					el.Add(kv.Line, field+"."+key, "%v", err)
-				}
-				*dst = d
-			}
-		}
 		el.EachKey(lv, field, LinkLevel.Keys, func(key string, kv *yaml.Node) {
 			switch key {
 			case "endpoints":
@@ -195,25 +258,25 @@ func decodeLinks(el *config.Collector, v *yaml.Node) []linkSpec {
 					l.rate = r
 				}
 			case "loss":
-				percent(kv, key, &l.loss)
-				l.hasLoss = true
-			case "reorder":
-				percent(kv, key, &l.reorder)
-			case "duplicate":
-				percent(kv, key, &l.duplicate)
-			case "corrupt":
-				percent(kv, key, &l.corrupt)
-			case "delay":
-				delay(kv, key, &l.delay)
-			case "jitter":
-				delay(kv, key, &l.jitter)
+				if str, ok := el.Scalar(kv, field+".loss"); ok {
+					var err error
+					if l.loss, l.lossGE, err = parseLoss(str); err != nil {
+						el.Add(kv.Line, field+".loss", "%v", err)
+					}
+					l.hasLoss = true
+				}
+			default:
+				decodeImpairment(el, &l.imp, key, field+"."+key, kv)
 			}
 		})
 		if lv.Kind == yaml.MappingNode && !config.HasKey(lv, "endpoints") {
 			el.Add(lv.Line, field+".endpoints", "%s", msgEndpointsMissing)
 		}
-		if l.jitter > l.delay {
-			el.Add(lv.Line, field+".jitter", "jitter %v is larger than delay %v; jitter varies the delay and cannot make it negative", l.jitter, l.delay)
+		checkJitter(el, l.imp.over(impSpec{}), lv.Line, field)
+		for j, e := range l.ends {
+			if e.imp.set["delay"] || e.imp.set["jitter"] {
+				checkJitter(el, l.imp.over(e.imp), e.line, fmt.Sprintf("%s.endpoints[%d]", field, j))
+			}
 		}
 		links = append(links, l)
 	}
@@ -235,6 +298,10 @@ func decodeEndpoints(el *config.Collector, v *yaml.Node, field string) []endpoin
 			continue
 		}
 		el.EachKey(ev, f, EndpointLevel.Keys, func(key string, kv *yaml.Node) {
+			if slices.Contains(ImpairmentKeys, key) {
+				decodeImpairment(el, &e.imp, key, f+"."+key, kv)
+				return
+			}
 			str, ok := el.Scalar(kv, f+"."+key)
 			if !ok {
 				return

@@ -58,21 +58,26 @@ var (
 	// LinkLevel is an element of links.
 	LinkLevel = Level{
 		Field: "links[I]",
-		Keys:  []string{"endpoints", "mtu", "rate", "loss", "delay", "jitter", "reorder", "duplicate", "corrupt"},
+		Keys:  append([]string{"endpoints", "mtu", "rate", "loss"}, ImpairmentKeys...),
 		Values: map[string]Value{
 			"endpoints": ListValue, "mtu": ScalarValue, "rate": ScalarValue, "loss": ScalarValue, "delay": ScalarValue,
-			"jitter": ScalarValue, "reorder": ScalarValue, "duplicate": ScalarValue, "corrupt": ScalarValue,
+			"jitter": ScalarValue, "distribution": ScalarValue, "reorder": ScalarValue, "duplicate": ScalarValue, "corrupt": ScalarValue,
 		},
 		Required: []string{"endpoints"},
 	}
 	// EndpointLevel is an endpoint given as a mapping (else it is a node name).
 	EndpointLevel = Level{
-		Field:    "links[I].endpoints[J]",
-		Keys:     []string{"node", "ipv4", "ipv6"},
-		Values:   map[string]Value{"node": ScalarValue, "ipv4": ScalarValue, "ipv6": ScalarValue},
+		Field: "links[I].endpoints[J]",
+		Keys:  append([]string{"node", "ipv4", "ipv6"}, ImpairmentKeys...),
+		Values: map[string]Value{"node": ScalarValue, "ipv4": ScalarValue, "ipv6": ScalarValue, "delay": ScalarValue,
+			"jitter": ScalarValue, "distribution": ScalarValue, "reorder": ScalarValue, "duplicate": ScalarValue, "corrupt": ScalarValue},
 		Required: []string{"node"},
 	}
 )
+
+// ImpairmentKeys are the keys of Impairment, which a link sets for both directions and an
+// endpoint for what it sends.
+var ImpairmentKeys = []string{"delay", "jitter", "distribution", "reorder", "duplicate", "corrupt"}
 
 // Kinds are the node kinds; a node without kind: is the first.
 var Kinds = []Kind{Host, Router}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flowplane/flowplane/internal/config"
+	"github.com/flowplane/flowplane/internal/impair"
 )
 
 // Kind says whether a node forwards packets.
@@ -47,6 +48,24 @@ type Iface struct {
 	Link *Link
 	IPv4 netip.Prefix // address and prefix length of the link
 	IPv6 netip.Prefix
+	// Egress is what the link does in user space to the packets this end sends: the link's
+	// delay, jitter, distribution, reorder, duplicate and corrupt keys, each overridden by the
+	// endpoint's own.
+	Egress Impairment
+}
+
+// Impairment is what a link does to one direction's packets beyond rate and loss: netem's
+// delay, jitter, reordering, duplication and corruption. Percentages are 0..100.
+type Impairment struct {
+	Delay        time.Duration
+	Jitter       time.Duration
+	Distribution impair.Distribution // of the jitter; "" until build sets the default
+	Reorder      float64
+	Duplicate    float64
+	Corrupt      float64
+	// Given is true when the file sets any of these keys for this direction, even to 0 (as
+	// `loss: 0` attaches the loss stage): the link is then impaired, with a relay in the lab.
+	Given bool
 }
 
 // Peer is the other end of the link.
@@ -64,15 +83,19 @@ type Link struct {
 	A, B  *Iface
 	MTU   int
 	Rate  uint64 // bits per second
-	// Loss, Reorder, Duplicate and Corrupt are probabilities in percent. HasLoss is true when the
-	// file sets loss, even to 0, so a dataplane can attach its loss stage and count.
-	Loss      float64
-	HasLoss   bool
-	Delay     time.Duration
-	Jitter    time.Duration
-	Reorder   float64
-	Duplicate float64
-	Corrupt   float64
+	// Loss is a probability in percent. HasLoss is true when the file sets loss, even to 0, so a
+	// dataplane can attach its loss stage and count. LossGE, when set, replaces Loss by burst
+	// loss (`loss: gemodel …`); Loss is then its mean.
+	Loss    float64
+	HasLoss bool
+	LossGE  *impair.GilbertElliott
+}
+
+// Impaired reports whether the link needs more than rate and Bernoulli loss: delay, jitter,
+// distribution, reordering, duplication or corruption given on it or an end (even at 0), or
+// burst loss.
+func (l *Link) Impaired() bool {
+	return l.A.Egress.Given || l.B.Egress.Given || l.LossGE != nil
 }
 
 // DefaultMTU is the MTU of a link that does not set one.
@@ -140,4 +163,13 @@ func (t *Topology) Node(name string) *Node {
 		}
 	}
 	return nil
+}
+
+// Params is what this end's egress does in internal/impair's terms: the link's loss and rate and
+// the end's Egress.
+func (i *Iface) Params(seed uint64) impair.Params {
+	l, e := i.Link, i.Egress
+	return impair.Params{Loss: l.Loss / 100, GE: l.LossGE, Rate: l.Rate, Seed: seed,
+		Delay: e.Delay, Jitter: e.Jitter, Distribution: e.Distribution,
+		Reorder: e.Reorder / 100, Duplicate: e.Duplicate / 100, Corrupt: e.Corrupt / 100}
 }

@@ -1,9 +1,13 @@
 package topo
 
 import (
+	"math"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/flowplane/flowplane/internal/impair"
 )
 
 func TestParseBadFiles(t *testing.T) {
@@ -30,7 +34,7 @@ func TestParseBadFiles(t *testing.T) {
 		{"xdp not a boolean", "name: x\nnodes:\n  a: {xdp: yes}\n  b: {}\nlinks: [{endpoints: [a, b]}]\n",
 			[]string{`bad.yaml:3: nodes.a.xdp: "yes" is not a boolean; write true or false`}},
 		{"unknown link key", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    bandwidth: 1gbit\n",
-			[]string{`bad.yaml:5: links[0].bandwidth: unknown key "bandwidth"; known keys here: corrupt, delay, duplicate, endpoints, jitter, loss, mtu, rate, reorder`}},
+			[]string{`bad.yaml:5: links[0].bandwidth: unknown key "bandwidth"; known keys here: corrupt, delay, distribution, duplicate, endpoints, jitter, loss, mtu, rate, reorder`}},
 		{"bad rate", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    rate: fast\n",
 			[]string{`bad.yaml:5: links[0].rate: "fast" is not a rate; write a number and a unit, e.g. 100mbit or 1gbit`}},
 		{"bps rate", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    rate: 10mbps\n",
@@ -65,6 +69,20 @@ func TestParseBadFiles(t *testing.T) {
 			[]string{`bad.yaml:4: links[0].endpoints: missing; name the two nodes the link joins, e.g. endpoints: [h1, r1]`}},
 		{"jitter over delay", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    delay: 1ms\n    jitter: 5ms\n",
 			[]string{`bad.yaml:4: links[0].jitter: jitter 5ms is larger than delay 1ms; jitter varies the delay and cannot make it negative`}},
+		{"jitter over an endpoint's delay", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [{node: a, delay: 1ms}, b]\n    delay: 10ms\n    jitter: 2ms\n",
+			[]string{`bad.yaml:4: links[0].endpoints[0].jitter: jitter 2ms is larger than delay 1ms; jitter varies the delay and cannot make it negative`}},
+		{"unknown distribution", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    delay: 10ms\n    jitter: 1ms\n    distribution: gamma\n",
+			[]string{`bad.yaml:7: links[0].distribution: unknown distribution "gamma"; use uniform, normal or pareto`}},
+		{"absurd delay", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, {node: b, delay: 11s}]\n",
+			[]string{`bad.yaml:4: links[0].endpoints[1].delay: "11s" is out of range; a delay is from 0 to 10s`}},
+		{"negative delay", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    delay: -1ms\n",
+			[]string{`bad.yaml:5: links[0].delay: "-1ms" is out of range; a delay is from 0 to 10s`}},
+		{"bad duplicate", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    duplicate: 101%\n",
+			[]string{`bad.yaml:5: links[0].duplicate: "101%" is out of range; a percentage is from 0 to 100`}},
+		{"gemodel without r", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    loss: gemodel 1%\n",
+			[]string{`bad.yaml:5: links[0].loss: "gemodel 1%": write gemodel P R [1-H [1-K]] in percent, e.g. gemodel 1% 25%: P and R the chances of entering and leaving the bad state, 1-H and 1-K the loss in the bad (default 100%) and good (default 0%) states`}},
+		{"gemodel r 0", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    loss: gemodel 1% 0\n",
+			[]string{`bad.yaml:5: links[0].loss: "gemodel 1% 0": R is 0, so a burst would never end; write gemodel P R [1-H [1-K]] in percent, e.g. gemodel 1% 25%: P and R the chances of entering and leaving the bad state, 1-H and 1-K the loss in the bad (default 100%) and good (default 0%) states`}},
 		{"bad node name", "name: x\nnodes: {A_1: {}, b: {}}\nlinks: [{endpoints: [A_1, b]}]\n",
 			[]string{`bad.yaml:2: nodes.A_1: node name "A_1" must be 1-15 lowercase letters, digits or dashes, starting with a letter`}},
 		{"duplicate key", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    rate: 1gbit\n    rate: 2gbit\n",
@@ -200,5 +218,37 @@ func TestParseNamed(t *testing.T) {
 	if _, err := Parse("My File.yaml", []byte("nodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b]}]\n")); err == nil ||
 		err.Error() != `My File.yaml: name: topology name "My File" must be 1-12 lowercase letters and digits, starting with a letter; add a name: key` {
 		t.Errorf("file name as lab name: %v", err)
+	}
+}
+
+// Impairment keys on a link apply to both directions; an endpoint's own override them for what
+// that end sends.
+func TestImpairmentPerDirection(t *testing.T) {
+	t.Parallel()
+	top, err := Parse("ok.yaml", []byte(`name: x
+nodes: {a: {}, b: {}}
+links:
+  - endpoints: [{node: a, delay: 20ms, distribution: pareto}, b]
+    delay: 10ms
+    jitter: 2ms
+    duplicate: 1%
+    loss: gemodel 1% 25% 100% 0%
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := top.Links[0]
+	a, b := l.A.Egress, l.B.Egress
+	if a.Delay != 20*time.Millisecond || a.Jitter != 2*time.Millisecond || a.Distribution != impair.Pareto || a.Duplicate != 1 {
+		t.Errorf("a's egress %+v", a)
+	}
+	if b.Delay != 10*time.Millisecond || b.Jitter != 2*time.Millisecond || b.Distribution != impair.Uniform || b.Duplicate != 1 {
+		t.Errorf("b's egress %+v", b)
+	}
+	if l.LossGE == nil || l.LossGE.P != 0.01 || l.LossGE.R != 0.25 || !l.Impaired() || math.Abs(l.Loss-100*0.01/0.26) > 1e-9 {
+		t.Errorf("gemodel loss: %+v, mean %g%%", l.LossGE, l.Loss)
+	}
+	if p := l.A.Params(1); p.Delay != 20*time.Millisecond || p.Duplicate != 0.01 || p.GE != l.LossGE {
+		t.Errorf("a's params %+v", p)
 	}
 }

@@ -65,12 +65,6 @@ func (o *Options) basePort(t *topo.Topology) (int, error) {
 	return base, nil
 }
 
-// ImpairFor converts a topology link's properties to link impairments.
-func ImpairFor(l *topo.Link, seed uint64) link.Impair {
-	return link.Impair{Loss: l.Loss / 100, Duplicate: l.Duplicate / 100, Corrupt: l.Corrupt / 100,
-		Reorder: l.Reorder / 100, Delay: l.Delay, Jitter: l.Jitter, Rate: l.Rate, Seed: seed}
-}
-
 // Network is a whole topology running in this process.
 type Network struct {
 	Topo  *topo.Topology
@@ -112,7 +106,7 @@ func Start(t *topo.Topology, opts Options) (*Network, error) {
 			if seed != 0 {
 				seed += uint64(2*l.Index + k)
 			}
-			u.SetImpair(ImpairFor(l, seed))
+			u.SetImpair(ifc.Params(seed))
 			ends[ifc] = u
 			pair[k] = u
 		}
@@ -281,7 +275,7 @@ func StartNode(t *topo.Topology, name string, opts Options) (*Node, error) {
 			}
 			return nil, fmt.Errorf("node %s %s: %w", name, ti.Name, err)
 		}
-		u.SetImpair(ImpairFor(l, opts.Seed))
+		u.SetImpair(ti.Params(opts.Seed))
 		udps = append(udps, u)
 		peers = append(peers, &net.UDPAddr{IP: opts.Bind.AsSlice(), Port: base + 2*l.Index + 1 - k})
 		ifcs = append(ifcs, IfaceConfig{Name: ti.Name, Addr: ti.IPv4, Peer: ti.Peer().IPv4.Addr(), Link: u})

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	xipv4 "golang.org/x/net/ipv4"
+
+	"github.com/flowplane/flowplane/internal/impair"
 )
 
 const (
@@ -172,7 +174,7 @@ func (u *UDP) now() time.Duration { return time.Since(u.start) }
 func (u *UDP) writer() {
 	ms := make([]xipv4.Message, 0, batchSize)
 	var out, spare []*[]byte
-	var sh *shaper
+	var sh *impair.Shaper
 	var shImp *Impair
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -192,7 +194,7 @@ func (u *UDP) writer() {
 			shImp = imp
 			sh = nil
 			if imp != nil && imp.Active() {
-				sh = newShaper(*imp)
+				sh = impair.New(*imp)
 			}
 		}
 		out = out[:0]
@@ -202,17 +204,17 @@ func (u *UDP) writer() {
 			now := u.now()
 			emit := func(b *[]byte) { out = append(out, b) }
 			for _, b := range in {
-				sh.admit(b, now, emit, u.clone, u.release)
+				sh.Admit(b, now, emit, u.clone, u.release)
 			}
-			if next := sh.due(now, emit); next > 0 {
+			if next := sh.Due(now, emit); next > 0 {
 				timer.Reset(next - now)
 			}
-			u.Stats.Lost.Store(sh.lost)
-			u.Stats.Duplicated.Store(sh.duplicated)
-			u.Stats.Corrupted.Store(sh.corrupted)
-			u.Stats.Reordered.Store(sh.reordered)
-			u.Stats.TxDropped.Add(sh.overflow)
-			sh.overflow = 0
+			u.Stats.Lost.Store(sh.Lost)
+			u.Stats.Duplicated.Store(sh.Duplicated)
+			u.Stats.Corrupted.Store(sh.Corrupted)
+			u.Stats.Reordered.Store(sh.Reordered)
+			u.Stats.TxDropped.Add(sh.Overflow)
+			sh.Overflow = 0
 		}
 		for i := range in {
 			in[i] = nil
