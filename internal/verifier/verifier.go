@@ -92,7 +92,7 @@ func Check(counts []Count) error {
 	var errs []error
 	for _, c := range counts {
 		if c.Share() > MaxShare {
-			errs = append(errs, fmt.Errorf("%s: program %s: %d verified instructions, %.1f%% of the verifier's %d, above the %.0f%% allowed: split its work into global (__noinline) functions or cut branches (docs/development.md)",
+			errs = append(errs, fmt.Errorf("%s: program %s: %d verified instructions, %.1f%% of the verifier's %d, above the %.0f%% allowed: move work into global (__noinline) functions or cut branches (docs/architecture.md#verifier-budget)",
 				c.Case, c.Program, c.Insns, 100*c.Share(), Limit, 100*MaxShare))
 		}
 	}
