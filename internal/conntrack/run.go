@@ -49,6 +49,12 @@ func run(ctx context.Context, cfg *resolved, inside, outside []*net.Interface, m
 		}
 		slog.Info("conntrack detached; the table stays pinned", "dir", d.dir)
 	}()
+	// The tables may be a previous run's: re-learn the TCP windows the kernel moved meanwhile.
+	if n, err := d.Tables().Resync(); err != nil {
+		return err
+	} else if n > 0 {
+		slog.Info("conntrack: TCP windows re-learnt from the next packets", "connections", n)
+	}
 	inst, err := Instance()
 	if err != nil {
 		return err

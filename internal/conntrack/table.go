@@ -409,3 +409,41 @@ func (t *Tables) Timeouts() (map[string]time.Duration, bool, error) {
 	}
 	return out, c.Liberal != 0, nil
 }
+
+// Resync makes every confirmed TCP connection from ESTABLISHED to TIME_WAIT learn its window
+// state again from its next packet in each direction, as nf's mid-stream pickup does (without
+// its be_liberal: the windows are checked again from the second packet on). `run` calls it
+// before it attaches to tables a previous run left: while no program was attached the kernel
+// forwarded the connections' packets, so their sequence numbers moved past the windows the
+// entries remember and every segment would otherwise be refused as out of window. Each
+// direction keeps its window scale, its flags and its highest ACK. Returns how many entries
+// changed.
+func (t *Tables) Resync() (int, error) {
+	type kv struct {
+		k ctCtKey
+		v ctCtEntry
+	}
+	var stale []kv
+	if err := dump(t.Main, func(k ctCtKey, v ctCtEntry) {
+		if k.Proto == 6 && v.State >= uint32(ctCtTcpStateCT_TCP_ESTABLISHED) && v.State <= uint32(ctCtTcpStateCT_TCP_TIME_WAIT) {
+			stale = append(stale, kv{k, v})
+		}
+	}); err != nil {
+		return 0, fmt.Errorf("read the confirmed table: %w", err)
+	}
+	n := 0
+	for _, e := range stale {
+		for i := range e.v.Tcp {
+			e.v.Tcp[i].TdEnd, e.v.Tcp[i].TdMaxend, e.v.Tcp[i].TdMaxwin = 0, 0, 0
+		}
+		err := t.Main.Update(e.k, e.v, ebpf.UpdateExist)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return n, fmt.Errorf("update a confirmed entry: %w", err)
+		}
+		n++
+	}
+	return n, nil
+}
