@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flowplane/flowplane/internal/nsrun"
 )
 
 // stream is a TCP transfer from h1 to h2's echo listener through r1: a writer sending a
@@ -137,4 +139,76 @@ func TestLabRestartUnderTraffic(t *testing.T) {
 			}
 		})
 	}
+}
+
+// udpFlows sends one datagram from each of n new sockets of node to addr (a new flow each:
+// its own source port) and closes them.
+func (c *ctLab) udpFlows(t *testing.T, node, addr string, n int) {
+	t.Helper()
+	err := nsrun.Do(c.l.Netns(node), func() error {
+		for i := 0; i < n; i++ {
+			conn, err := net.Dial("udp", addr)
+			if err != nil {
+				return err
+			}
+			_, _ = conn.Write([]byte("q"))
+			conn.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLabTableFull: more flows than the tables hold, while a TCP transfer runs. A flood of
+// unanswered UDP flows churns the unconfirmed LRU (its evictions counted); answered ones fill
+// the confirmed table, after which new connections are refused (table_full) as nf_conntrack
+// refuses them when full, and none of it touches the established transfer: its entry stays
+// and every byte arrives. When the flood's entries expire, new connections open again.
+func TestLabTableFull(t *testing.T) {
+	t.Parallel()
+	const confirmed, unconfirmed, flows = 512, 256, 2000
+	cfg := &Config{Timeouts: map[string]string{"udp_unreplied": "10s", "udp_stream": "10s"}}
+	cfg.Table.Confirmed, cfg.Table.Unconfirmed = confirmed, unconfirmed
+	c := newCtLab(t, cfg)
+	c.listen("h2", 8080)
+	c.udpEcho("h2", 5353)
+	s := c.startStream(t, "8080")
+	s.moving(t, 1<<20)
+	sport := uint16(s.conn.LocalAddr().(*net.TCPAddr).Port)
+	before := c.counters()
+
+	c.udpFlows(t, "h1", net.JoinHostPort(c.h2, "9"), flows)    // unanswered: the LRU churns
+	c.udpFlows(t, "h1", net.JoinHostPort(c.h2, "5353"), flows) // answered: ct_main fills
+	eventually(t, "the confirmed table full", func() bool {
+		n, _, err := c.tables().Count()
+		return err == nil && n == confirmed
+	})
+	if conn, err := c.dial("h1", "tcp", net.JoinHostPort(c.h2, "8080"), time.Second); err == nil {
+		conn.Close()
+		t.Error("a new connection opened through a full table")
+	}
+	s.moving(t, 1<<20)
+	_, unconf, err := c.tables().Count()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := c.counters()
+	d := diff(before, after)
+	t.Logf("after %d unanswered and %d answered flows: counters %v, evicted %d", flows, flows, d, Evicted(after, unconf))
+	if d["table_full"] == 0 || Evicted(after, unconf) < flows-unconfirmed {
+		t.Errorf("table_full %d, evicted %d: want the refusals and the LRU's evictions counted", d["table_full"], Evicted(after, unconf))
+	}
+	if e := find(c.entries(), "tcp", c.h1, sport, 8080); e == nil || e.State != "ESTABLISHED" {
+		t.Errorf("the transfer's entry after the flood: %+v", e)
+	}
+	eventually(t, "a new connection once the flood's entries expired", func() bool {
+		conn, err := c.dial("h1", "tcp", net.JoinHostPort(c.h2, "8080"), time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err == nil
+	})
+	s.finish(t)
 }
