@@ -173,8 +173,8 @@ __noinline int ct_track(CT_CTX *ctx, struct pkt *p, struct track_in *in, struct 
 	__u64 now;
 	__u8 family;
 
-	/* l4at is below 4 KiB (the parse reads no further): the bound the verifier needs to
-	 * compare the packet pointers built from it with the packet's end. */
+	/* l4at is at most CT_L4AT_MAX: the bound the verifier needs to compare the packet
+	 * pointers built from it with the packet's end. */
 	if (!ctx || !p || !in || in->l4at > CT_L4AT_MAX)
 		return V_ALLOW; /* fail open; never happens */
 	c->pos = (void *)(long)ctx->data + in->l4at;

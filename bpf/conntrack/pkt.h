@@ -28,7 +28,9 @@ struct pkt {
 	__u8 shorten;	/* refused, and the timeout is to be shortened (nf_tcp_handle_invalid) */
 };
 
-#define CT_L4AT_MAX 0xfff /* the furthest transport header ct_track takes */
+/* The furthest transport header ct_track takes: past anything the parse accepts (2 VLAN tags,
+ * an IPv6 header and FP_IPV6_EXT_MAX extension headers of at most 2 KiB each). */
+#define CT_L4AT_MAX 0x3fff
 
 /* Where ct_track finds the packet, and what the parse learnt of it. */
 struct track_in {

@@ -159,6 +159,17 @@ type ctCtTcpDir struct {
 	Pad      [2]uint8
 }
 
+type ctCtTcpFlag uint32
+
+const (
+	ctCtTcpFlagCT_TCP_F_WSCALE     ctCtTcpFlag = 1
+	ctCtTcpFlagCT_TCP_F_CLOSE_INIT ctCtTcpFlag = 2
+	ctCtTcpFlagCT_TCP_F_SACK_PERM  ctCtTcpFlag = 4
+	ctCtTcpFlagCT_TCP_F_BE_LIBERAL ctCtTcpFlag = 8
+	ctCtTcpFlagCT_TCP_F_DATA_UNACK ctCtTcpFlag = 16
+	ctCtTcpFlagCT_TCP_F_MAXACK_SET ctCtTcpFlag = 32
+)
+
 type ctCtTcpState uint32
 
 const (
@@ -259,6 +270,7 @@ const (
 	ctVarUnusedEvent   = "unused_event"
 	ctVarUnusedRole    = "unused_role"
 	ctVarUnusedState   = "unused_state"
+	ctVarUnusedTcpFlag = "unused_tcp_flag"
 	ctVarUnusedTimeout = "unused_timeout"
 )
 
@@ -340,6 +352,7 @@ type ctVariableSpecs struct {
 	UnusedEvent   *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedRole    *ebpf.VariableSpec `ebpf:"unused_role"`
 	UnusedState   *ebpf.VariableSpec `ebpf:"unused_state"`
+	UnusedTcpFlag *ebpf.VariableSpec `ebpf:"unused_tcp_flag"`
 	UnusedTimeout *ebpf.VariableSpec `ebpf:"unused_timeout"`
 }
 
@@ -410,6 +423,7 @@ type ctVariables struct {
 	UnusedEvent   *ebpf.Variable `ebpf:"unused_event"`
 	UnusedRole    *ebpf.Variable `ebpf:"unused_role"`
 	UnusedState   *ebpf.Variable `ebpf:"unused_state"`
+	UnusedTcpFlag *ebpf.Variable `ebpf:"unused_tcp_flag"`
 	UnusedTimeout *ebpf.Variable `ebpf:"unused_timeout"`
 }
 

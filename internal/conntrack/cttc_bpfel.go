@@ -195,6 +195,7 @@ const (
 	ctTcVarUnusedEvent   = "unused_event"
 	ctTcVarUnusedRole    = "unused_role"
 	ctTcVarUnusedState   = "unused_state"
+	ctTcVarUnusedTcpFlag = "unused_tcp_flag"
 	ctTcVarUnusedTimeout = "unused_timeout"
 )
 
@@ -276,6 +277,7 @@ type ctTcVariableSpecs struct {
 	UnusedEvent   *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedRole    *ebpf.VariableSpec `ebpf:"unused_role"`
 	UnusedState   *ebpf.VariableSpec `ebpf:"unused_state"`
+	UnusedTcpFlag *ebpf.VariableSpec `ebpf:"unused_tcp_flag"`
 	UnusedTimeout *ebpf.VariableSpec `ebpf:"unused_timeout"`
 }
 
@@ -346,6 +348,7 @@ type ctTcVariables struct {
 	UnusedEvent   *ebpf.Variable `ebpf:"unused_event"`
 	UnusedRole    *ebpf.Variable `ebpf:"unused_role"`
 	UnusedState   *ebpf.Variable `ebpf:"unused_state"`
+	UnusedTcpFlag *ebpf.Variable `ebpf:"unused_tcp_flag"`
 	UnusedTimeout *ebpf.Variable `ebpf:"unused_timeout"`
 }
 
