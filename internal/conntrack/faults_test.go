@@ -12,8 +12,8 @@ import (
 )
 
 // stream is a TCP transfer from h1 to h2's echo listener through r1: a writer sending a
-// pattern until stopped, a reader checking the echo. done reports the writer's and the reader's
-// byte counts and the first error (a RST shows as ECONNRESET).
+// pattern until stopped, a reader checking the echo. written and read count bytes; done gets
+// the writer's and the reader's end, nil or their error (a RST shows as ECONNRESET).
 type stream struct {
 	conn    net.Conn
 	stop    chan struct{}
