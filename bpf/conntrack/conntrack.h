@@ -77,12 +77,14 @@ enum ct_event_type {
 #define CT_F_ORIG_LO	0x4 /* the original direction's sender is the key's lo endpoint */
 
 /* TCP per-direction flags (ct_tcp_dir.flags), as nf's IP_CT_TCP_FLAG_*. */
-#define CT_TCP_F_WSCALE	    0x01
-#define CT_TCP_F_CLOSE_INIT 0x02 /* this direction sent the FIN that began the close */
-#define CT_TCP_F_SACK_PERM  0x04
-#define CT_TCP_F_BE_LIBERAL 0x08 /* no window checks: a connection picked up mid-stream */
-#define CT_TCP_F_DATA_UNACK 0x10 /* this direction sent data the other has not acknowledged */
-#define CT_TCP_F_MAXACK_SET 0x20
+enum ct_tcp_flag {
+	CT_TCP_F_WSCALE = 0x01,
+	CT_TCP_F_CLOSE_INIT = 0x02, /* this direction sent the FIN that began the close */
+	CT_TCP_F_SACK_PERM = 0x04,
+	CT_TCP_F_BE_LIBERAL = 0x08, /* no window checks: picked up mid-stream, or restarted */
+	CT_TCP_F_DATA_UNACK = 0x10, /* this direction sent data the other has not acknowledged */
+	CT_TCP_F_MAXACK_SET = 0x20,
+};
 /* In ct_entry.last_flags only, as nf's IP_CT_EXP_CHALLENGE_ACK: the ignored SYN came in
  * LAST_ACK, so the other side may answer it with an RFC 5961 challenge ACK. */
 #define CT_TCP_F_EXP_CHALLENGE_ACK 0x40

@@ -116,6 +116,7 @@ FP_COUNTERS(ct_stats, enum ct_stat, CT_STAT_MAX);
 const enum ct_tcp_state *unused_state __attribute__((unused));
 const enum ct_timeout *unused_timeout __attribute__((unused));
 const enum ct_role *unused_role __attribute__((unused));
+const enum ct_tcp_flag *unused_tcp_flag __attribute__((unused));
 const enum ct_event_type *unused_event __attribute__((unused));
 const struct ct_event *unused_ev __attribute__((unused));
 

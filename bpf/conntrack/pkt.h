@@ -28,6 +28,23 @@ struct pkt {
 	__u8 shorten;	/* refused, and the timeout is to be shortened (nf_tcp_handle_invalid) */
 };
 
+/* The furthest transport header ct_track takes: past anything the parse accepts (2 VLAN tags,
+ * an IPv6 header and FP_IPV6_EXT_MAX extension headers of at most 2 KiB each). */
+#define CT_L4AT_MAX 0x3fff
+
+/* Where ct_track finds the packet, and what the parse learnt of it. */
+struct track_in {
+	__u32 src[4]; /* addresses, as the key's (IPv4: the first word) */
+	__u32 dst[4];
+	__u64 now;    /* ct_now() */
+	__u32 l4at;   /* the transport header's offset from the start of the frame */
+	__u32 l4off;  /* ... from the L3 header */
+	__u8 family;  /* 4 or 6 */
+	__u8 l4proto; /* IPPROTO_TCP, _UDP, _ICMP or _ICMPV6 */
+	__u8 looked;  /* route_lookup built p->key and looked it up in ct_main */
+	__u8 pad[5];
+};
+
 enum verdict {
 	V_ALLOW,
 	V_DROP,

@@ -159,6 +159,17 @@ type ctCtTcpDir struct {
 	Pad      [2]uint8
 }
 
+type ctCtTcpFlag uint32
+
+const (
+	ctCtTcpFlagCT_TCP_F_WSCALE     ctCtTcpFlag = 1
+	ctCtTcpFlagCT_TCP_F_CLOSE_INIT ctCtTcpFlag = 2
+	ctCtTcpFlagCT_TCP_F_SACK_PERM  ctCtTcpFlag = 4
+	ctCtTcpFlagCT_TCP_F_BE_LIBERAL ctCtTcpFlag = 8
+	ctCtTcpFlagCT_TCP_F_DATA_UNACK ctCtTcpFlag = 16
+	ctCtTcpFlagCT_TCP_F_MAXACK_SET ctCtTcpFlag = 32
+)
+
 type ctCtTcpState uint32
 
 const (
@@ -187,6 +198,45 @@ const (
 	ctCtTimeoutCT_TO_MAX           ctCtTimeout = 15
 )
 
+type ctCtWork struct {
+	_ structs.HostLayout
+	P struct {
+		_         structs.HostLayout
+		Key       ctCtKey
+		Seq       uint32
+		Ack       uint32
+		End       uint32
+		Win       uint32
+		L3len     uint32
+		Fwd       uint8
+		TcpIndex  uint8
+		TcpSyn    uint8
+		TcpAck    uint8
+		TcpRst    uint8
+		HasOpts   uint8
+		_         [2]byte
+		Sack      uint32
+		Wscale    uint8
+		HasWscale uint8
+		SackPerm  uint8
+		NewOk     uint8
+		Shorten   uint8
+		_         [3]byte
+	}
+	In struct {
+		_       structs.HostLayout
+		Src     [4]uint32
+		Dst     [4]uint32
+		Now     uint64
+		L4at    uint32
+		L4off   uint32
+		Family  uint8
+		L4proto uint8
+		Looked  uint8
+		Pad     [5]uint8
+	}
+}
+
 type ctTcpOpts struct {
 	_ structs.HostLayout
 	B [40]uint8
@@ -208,6 +258,7 @@ const (
 	ctMapCtScratch     = "ct_scratch"
 	ctMapCtSettings    = "ct_settings"
 	ctMapCtStats       = "ct_stats"
+	ctMapCtWork        = "ct_work"
 	ctMapTxPorts       = "tx_ports"
 	ctProgConntrackXdp = "conntrack_xdp"
 	ctProgCtSweep      = "ct_sweep"
@@ -219,6 +270,7 @@ const (
 	ctVarUnusedEvent   = "unused_event"
 	ctVarUnusedRole    = "unused_role"
 	ctVarUnusedState   = "unused_state"
+	ctVarUnusedTcpFlag = "unused_tcp_flag"
 	ctVarUnusedTimeout = "unused_timeout"
 )
 
@@ -284,6 +336,7 @@ type ctMapSpecs struct {
 	CtScratch     *ebpf.MapSpec `ebpf:"ct_scratch"`
 	CtSettings    *ebpf.MapSpec `ebpf:"ct_settings"`
 	CtStats       *ebpf.MapSpec `ebpf:"ct_stats"`
+	CtWork        *ebpf.MapSpec `ebpf:"ct_work"`
 	TxPorts       *ebpf.MapSpec `ebpf:"tx_ports"`
 }
 
@@ -299,6 +352,7 @@ type ctVariableSpecs struct {
 	UnusedEvent   *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedRole    *ebpf.VariableSpec `ebpf:"unused_role"`
 	UnusedState   *ebpf.VariableSpec `ebpf:"unused_state"`
+	UnusedTcpFlag *ebpf.VariableSpec `ebpf:"unused_tcp_flag"`
 	UnusedTimeout *ebpf.VariableSpec `ebpf:"unused_timeout"`
 }
 
@@ -334,6 +388,7 @@ type ctMaps struct {
 	CtScratch     *ebpf.Map `ebpf:"ct_scratch"`
 	CtSettings    *ebpf.Map `ebpf:"ct_settings"`
 	CtStats       *ebpf.Map `ebpf:"ct_stats"`
+	CtWork        *ebpf.Map `ebpf:"ct_work"`
 	TxPorts       *ebpf.Map `ebpf:"tx_ports"`
 }
 
@@ -351,6 +406,7 @@ func (m *ctMaps) Close() error {
 		m.CtScratch,
 		m.CtSettings,
 		m.CtStats,
+		m.CtWork,
 		m.TxPorts,
 	)
 }
@@ -367,6 +423,7 @@ type ctVariables struct {
 	UnusedEvent   *ebpf.Variable `ebpf:"unused_event"`
 	UnusedRole    *ebpf.Variable `ebpf:"unused_role"`
 	UnusedState   *ebpf.Variable `ebpf:"unused_state"`
+	UnusedTcpFlag *ebpf.Variable `ebpf:"unused_tcp_flag"`
 	UnusedTimeout *ebpf.Variable `ebpf:"unused_timeout"`
 }
 

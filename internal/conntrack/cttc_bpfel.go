@@ -123,6 +123,45 @@ const (
 	ctTcCtStatCT_STAT_MAX            ctTcCtStat = 19
 )
 
+type ctTcCtWork struct {
+	_ structs.HostLayout
+	P struct {
+		_         structs.HostLayout
+		Key       ctTcCtKey
+		Seq       uint32
+		Ack       uint32
+		End       uint32
+		Win       uint32
+		L3len     uint32
+		Fwd       uint8
+		TcpIndex  uint8
+		TcpSyn    uint8
+		TcpAck    uint8
+		TcpRst    uint8
+		HasOpts   uint8
+		_         [2]byte
+		Sack      uint32
+		Wscale    uint8
+		HasWscale uint8
+		SackPerm  uint8
+		NewOk     uint8
+		Shorten   uint8
+		_         [3]byte
+	}
+	In struct {
+		_       structs.HostLayout
+		Src     [4]uint32
+		Dst     [4]uint32
+		Now     uint64
+		L4at    uint32
+		L4off   uint32
+		Family  uint8
+		L4proto uint8
+		Looked  uint8
+		Pad     [5]uint8
+	}
+}
+
 type ctTcTcpOpts struct {
 	_ structs.HostLayout
 	B [40]uint8
@@ -144,6 +183,7 @@ const (
 	ctTcMapCtScratch     = "ct_scratch"
 	ctTcMapCtSettings    = "ct_settings"
 	ctTcMapCtStats       = "ct_stats"
+	ctTcMapCtWork        = "ct_work"
 	ctTcMapTxPorts       = "tx_ports"
 	ctTcProgConntrackTc  = "conntrack_tc"
 	ctTcProgCtSweep      = "ct_sweep"
@@ -155,6 +195,7 @@ const (
 	ctTcVarUnusedEvent   = "unused_event"
 	ctTcVarUnusedRole    = "unused_role"
 	ctTcVarUnusedState   = "unused_state"
+	ctTcVarUnusedTcpFlag = "unused_tcp_flag"
 	ctTcVarUnusedTimeout = "unused_timeout"
 )
 
@@ -220,6 +261,7 @@ type ctTcMapSpecs struct {
 	CtScratch     *ebpf.MapSpec `ebpf:"ct_scratch"`
 	CtSettings    *ebpf.MapSpec `ebpf:"ct_settings"`
 	CtStats       *ebpf.MapSpec `ebpf:"ct_stats"`
+	CtWork        *ebpf.MapSpec `ebpf:"ct_work"`
 	TxPorts       *ebpf.MapSpec `ebpf:"tx_ports"`
 }
 
@@ -235,6 +277,7 @@ type ctTcVariableSpecs struct {
 	UnusedEvent   *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedRole    *ebpf.VariableSpec `ebpf:"unused_role"`
 	UnusedState   *ebpf.VariableSpec `ebpf:"unused_state"`
+	UnusedTcpFlag *ebpf.VariableSpec `ebpf:"unused_tcp_flag"`
 	UnusedTimeout *ebpf.VariableSpec `ebpf:"unused_timeout"`
 }
 
@@ -270,6 +313,7 @@ type ctTcMaps struct {
 	CtScratch     *ebpf.Map `ebpf:"ct_scratch"`
 	CtSettings    *ebpf.Map `ebpf:"ct_settings"`
 	CtStats       *ebpf.Map `ebpf:"ct_stats"`
+	CtWork        *ebpf.Map `ebpf:"ct_work"`
 	TxPorts       *ebpf.Map `ebpf:"tx_ports"`
 }
 
@@ -287,6 +331,7 @@ func (m *ctTcMaps) Close() error {
 		m.CtScratch,
 		m.CtSettings,
 		m.CtStats,
+		m.CtWork,
 		m.TxPorts,
 	)
 }
@@ -303,6 +348,7 @@ type ctTcVariables struct {
 	UnusedEvent   *ebpf.Variable `ebpf:"unused_event"`
 	UnusedRole    *ebpf.Variable `ebpf:"unused_role"`
 	UnusedState   *ebpf.Variable `ebpf:"unused_state"`
+	UnusedTcpFlag *ebpf.Variable `ebpf:"unused_tcp_flag"`
 	UnusedTimeout *ebpf.Variable `ebpf:"unused_timeout"`
 }
 

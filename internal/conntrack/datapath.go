@@ -88,20 +88,29 @@ func LoadUnpinned(c *Config) (*Datapath, error) {
 	return load(cfg, "", false)
 }
 
-func load(cfg *resolved, dir string, pinned bool) (*Datapath, error) {
-	// Both builds of bpf/conntrack/conntrack.bpf.c have the same maps and variables.
+// programSpec is the spec of the tc build (tc) or the XDP one, its constants set: the mode and
+// the clock. Both builds of bpf/conntrack/conntrack.bpf.c have the same maps and variables.
+func programSpec(tc, trackOnly bool) (*ebpf.CollectionSpec, error) {
 	load := loadCt
-	if cfg.hook == HookTC {
+	if tc {
 		load = loadCtTc
 	}
 	spec, err := load()
 	if err != nil {
 		return nil, fmt.Errorf("load conntrack spec: %w", err)
 	}
-	if err := spec.Variables["track_only"].Set(boolU32(cfg.trackOnly)); err != nil {
+	if err := spec.Variables["track_only"].Set(boolU32(trackOnly)); err != nil {
 		return nil, fmt.Errorf("set mode: %w", err)
 	}
 	if err := setClock(spec); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+func load(cfg *resolved, dir string, pinned bool) (*Datapath, error) {
+	spec, err := programSpec(cfg.hook == HookTC, cfg.trackOnly)
+	if err != nil {
 		return nil, err
 	}
 	spec.Maps["ct_main"].MaxEntries = cfg.confirmed
@@ -183,14 +192,8 @@ func (d *Datapath) Hook() string { return d.hook }
 // loadOther loads the TC build next to the XDP one, on the same maps (per-CPU scratch
 // space apart), with the same settings.
 func (d *Datapath) loadOther(cfg *resolved) error {
-	spec, err := loadCtTc()
+	spec, err := programSpec(true, cfg.trackOnly)
 	if err != nil {
-		return fmt.Errorf("load conntrack tc spec: %w", err)
-	}
-	if err := spec.Variables["track_only"].Set(boolU32(cfg.trackOnly)); err != nil {
-		return fmt.Errorf("set mode: %w", err)
-	}
-	if err := setClock(spec); err != nil {
 		return err
 	}
 	m := d.objs.ctMaps

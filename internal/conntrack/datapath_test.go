@@ -320,11 +320,11 @@ func TestTCPRSTAfterIgnored(t *testing.T) {
 	})
 }
 
-// TCP direction flags (CT_TCP_F_* of conntrack.h).
+// TCP direction flags (enum ct_tcp_flag of conntrack.h).
 const (
-	ctTcpFWScale    = 0x01
-	ctTcpFSACKPerm  = 0x04
-	ctTcpFBeLiberal = 0x08
+	ctTcpFWScale    = uint8(ctCtTcpFlagCT_TCP_F_WSCALE)
+	ctTcpFSACKPerm  = uint8(ctCtTcpFlagCT_TCP_F_SACK_PERM)
+	ctTcpFBeLiberal = uint8(ctCtTcpFlagCT_TCP_F_BE_LIBERAL)
 )
 
 // TestTCPReinitFlags: a SYN or SYN-ACK that (re)initialises a direction treats its flags as

@@ -176,6 +176,29 @@ func (c *ctLab) listen(node string, port int) {
 	}()
 }
 
+// udpEcho answers every datagram to port on node with itself, until the test ends.
+func (c *ctLab) udpEcho(node string, port int) {
+	var pc net.PacketConn
+	if err := nsrun.Do(c.l.Netns(node), func() error {
+		var err error
+		pc, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port))
+		return err
+	}); err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(buf[:n], from)
+		}
+	}()
+}
+
 // dial connects from node to addr.
 func (c *ctLab) dial(node, network, addr string, timeout time.Duration) (net.Conn, error) {
 	var conn net.Conn
@@ -244,25 +267,7 @@ func TestLab(t *testing.T) {
 	})
 
 	t.Run("udp", func(t *testing.T) {
-		var pc net.PacketConn
-		if err := nsrun.Do(c.l.Netns("h2"), func() error {
-			var err error
-			pc, err = net.ListenPacket("udp", ":5353")
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		defer pc.Close()
-		go func() {
-			buf := make([]byte, 1500)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				_, _ = pc.WriteTo(buf[:n], from)
-			}
-		}()
+		c.udpEcho("h2", 5353)
 		conn, err := c.dial("h1", "udp", net.JoinHostPort(c.h2, "5353"), time.Second)
 		if err != nil {
 			t.Fatal(err)

@@ -49,6 +49,12 @@ func run(ctx context.Context, cfg *resolved, inside, outside []*net.Interface, m
 		}
 		slog.Info("conntrack detached; the table stays pinned", "dir", d.dir)
 	}()
+	// The tables may be a previous run's: the kernel moved their TCP windows meanwhile.
+	if n, err := d.Tables().Resync(); err != nil {
+		return err
+	} else if n > 0 {
+		slog.Info("conntrack: TCP connections of the previous run picked up mid-stream (windows re-learnt, not checked)", "connections", n)
+	}
 	inst, err := Instance()
 	if err != nil {
 		return err

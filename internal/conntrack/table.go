@@ -409,3 +409,42 @@ func (t *Tables) Timeouts() (map[string]time.Duration, bool, error) {
 	}
 	return out, c.Liberal != 0, nil
 }
+
+// Resync makes every confirmed TCP connection from ESTABLISHED to TIME_WAIT a mid-stream pickup,
+// as nf's tcp_loose makes one: each direction learns its window again from its next packet and
+// neither is checked against the window any more (be_liberal). `run` calls it before it attaches
+// to tables a previous run left: while no program was attached the kernel forwarded the
+// connections' packets, so their sequence numbers moved past the windows the entries remember,
+// and while the two directions re-learn them, one side's ACKs may cover data the other sent
+// during the gap. Each direction keeps its window scale and its other flags, the entry its
+// state, counters and timeout. Returns how many entries changed.
+func (t *Tables) Resync() (int, error) {
+	type kv struct {
+		k ctCtKey
+		v ctCtEntry
+	}
+	var stale []kv
+	if err := dump(t.Main, func(k ctCtKey, v ctCtEntry) {
+		if k.Proto == 6 && v.State >= uint32(ctCtTcpStateCT_TCP_ESTABLISHED) && v.State <= uint32(ctCtTcpStateCT_TCP_TIME_WAIT) {
+			stale = append(stale, kv{k, v})
+		}
+	}); err != nil {
+		return 0, fmt.Errorf("read the confirmed table: %w", err)
+	}
+	n := 0
+	for _, e := range stale {
+		for i := range e.v.Tcp {
+			e.v.Tcp[i].TdEnd, e.v.Tcp[i].TdMaxend, e.v.Tcp[i].TdMaxwin = 0, 0, 0
+			e.v.Tcp[i].Flags |= uint8(ctCtTcpFlagCT_TCP_F_BE_LIBERAL)
+		}
+		err := t.Main.Update(e.k, e.v, ebpf.UpdateExist)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return n, fmt.Errorf("update a confirmed entry: %w", err)
+		}
+		n++
+	}
+	return n, nil
+}
