@@ -245,6 +245,18 @@ func (in Instance) Leftover() (*Problem, error) {
 	return in.problem(st), nil
 }
 
+// Running says whether the instance's record exists and nothing of it is a leftover: for a
+// foreground instance, whether its process still holds it. Start checks again under its lock;
+// this lets a caller refuse before it changes anything (shared maps included).
+func (in Instance) Running() (bool, error) {
+	st, unlock, err := in.locked(unix.LOCK_SH)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	return st.record && in.problem(st) == nil, nil
+}
+
 // Apply attaches the instance from what load returns, or replaces the programs of the attached
 // instance in place (load is told which). What a crash left is cleaned first (Result.Cleaned).
 func (in Instance) Apply(load func(replacing bool) (*Spec, error)) (res Result, err error) {

@@ -1,6 +1,7 @@
 package conntrack
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/nsrun"
 )
 
@@ -120,6 +122,17 @@ func TestLabRestartUnderTraffic(t *testing.T) {
 			before := find(c.entries(), "tcp", c.h1, sport, 8080)
 			if before == nil || before.State != "ESTABLISHED" {
 				t.Fatalf("entry before the restart: %+v", before)
+			}
+			// A second run beside this one is refused before it writes into the shared tables
+			// (a restart's resync would make the live connection liberal).
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := c.run(ctx, nil)
+			cancel()
+			if cli.ExitCode(err) != 2 {
+				t.Fatalf("a second run while one runs: %v (exit %d), want a usage error", err, cli.ExitCode(err))
+			}
+			if e := find(c.entries(), "tcp", c.h1, sport, 8080); e == nil || e.raw.Tcp[0].Flags&uint8(ctCtTcpFlagCT_TCP_F_BE_LIBERAL) != 0 {
+				t.Fatalf("the refused run changed the running one's entry: %+v", e)
 			}
 			for i := 0; i < 3; i++ {
 				c.stop()

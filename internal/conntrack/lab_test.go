@@ -60,30 +60,9 @@ func newCtLabOn(t *testing.T, topo string, cfg *Config) *ctLab {
 // start runs conntrack on r1 in this process, as `flowplane conntrack run` would.
 func (c *ctLab) start() {
 	t := c.t
-	r1, err := c.l.Node("r1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.cfg.Inside, c.cfg.Outside = []string{c.l.IfName(r1.Ifaces[0])}, []string{c.l.IfName(r1.Ifaces[1])}
-	r, err := c.cfg.resolve()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- nsrun.Do(c.l.Netns("r1"), func() error {
-			in, err := interfaces(c.cfg.Inside)
-			if err != nil {
-				return err
-			}
-			out, err := interfaces(c.cfg.Outside)
-			if err != nil {
-				return err
-			}
-			return run(ctx, r, in, out, "", func() { close(ready) })
-		})
-	}()
+	go func() { done <- c.run(ctx, func() { close(ready) }) }()
 	select {
 	case <-ready:
 	case err := <-done:
@@ -99,6 +78,30 @@ func (c *ctLab) start() {
 			}
 		})
 	}
+}
+
+// run is `flowplane conntrack run` on r1 with c.cfg until ctx is done (ready: see run).
+func (c *ctLab) run(ctx context.Context, ready func()) error {
+	r1, err := c.l.Node("r1")
+	if err != nil {
+		return err
+	}
+	c.cfg.Inside, c.cfg.Outside = []string{c.l.IfName(r1.Ifaces[0])}, []string{c.l.IfName(r1.Ifaces[1])}
+	r, err := c.cfg.resolve()
+	if err != nil {
+		return err
+	}
+	return nsrun.Do(c.l.Netns("r1"), func() error {
+		in, err := interfaces(c.cfg.Inside)
+		if err != nil {
+			return err
+		}
+		out, err := interfaces(c.cfg.Outside)
+		if err != nil {
+			return err
+		}
+		return run(ctx, r, in, out, "", ready)
+	})
 }
 
 // tables opens r1's pinned tables.

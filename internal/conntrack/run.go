@@ -37,6 +37,17 @@ func run(ctx context.Context, cfg *resolved, inside, outside []*net.Interface, m
 	if err != nil {
 		return err
 	}
+	inst, err := Instance()
+	if err != nil {
+		return err
+	}
+	// Refused before Load: Load and Resync write into the pinned tables the running one uses.
+	ri := runInstance(inst)
+	if live, err := ri.Running(); err != nil {
+		return err
+	} else if live {
+		return cli.Usagef("%s: %v: stop that run first", ri.What, attach.ErrRunning)
+	}
 	lc := *cfg
 	lc.hook = plan.build()
 	d, err := Load(&lc)
@@ -55,10 +66,6 @@ func run(ctx context.Context, cfg *resolved, inside, outside []*net.Interface, m
 	} else if n > 0 {
 		slog.Info("conntrack: TCP connections of the previous run picked up mid-stream (windows re-learnt, not checked)", "connections", n)
 	}
-	inst, err := Instance()
-	if err != nil {
-		return err
-	}
 	var links []attach.Link
 	rec := &RunRecord{PID: os.Getpid()}
 	for _, p := range plan {
@@ -69,7 +76,7 @@ func run(ctx context.Context, cfg *resolved, inside, outside []*net.Interface, m
 		links = append(links, l)
 		rec.Interfaces = append(rec.Interfaces, IfaceHook{Interface: p.ifc.Name, Index: p.ifc.Index, Role: role(p.inside), Hook: p.hook})
 	}
-	r, res, err := runInstance(inst).Start(&attach.Spec{Links: links, Record: rec})
+	r, res, err := ri.Start(&attach.Spec{Links: links, Record: rec})
 	if res.Cleaned != nil {
 		slog.Warn("cleaned what was left of "+res.Cleaned.What, "why", res.Cleaned.Why)
 	}
