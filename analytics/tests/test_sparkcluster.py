@@ -148,3 +148,43 @@ def test_spark_submit_client_mode(cluster, truth_dataset, tmp_path):
     pd.testing.assert_frame_equal(
         pd.read_parquet(out), pd.read_parquet(tmp_path / "want.parquet"), check_exact=True
     )
+
+
+def test_failed_up_leaves_nothing_running(tmp_path):
+    """A cluster whose workers cannot register in time: up stops what it started, keeps the
+    logs, and says so; down then removes the directory."""
+    d = tmp_path / "fpspark-fail"
+    with pytest.raises(sparkcluster.ClusterError, match="workers registered"):
+        sparkcluster.up(d, workers=2, timeout=0.5)
+    assert sorted(x.name for x in d.iterdir()) == ["logs"]
+    assert not [p for p in Path("/proc").glob("[0-9]*") if _uses(p, d)]
+    assert not sparkcluster.down(d) and not d.exists()
+
+
+def _uses(proc: Path, d: Path) -> bool:
+    """Whether the process runs in d (the daemons' working directory) or names it."""
+    try:
+        return (
+            os.readlink(proc / "cwd").startswith(str(d))
+            or str(d).encode() in (proc / "cmdline").read_bytes()
+        )
+    except OSError:
+        return False
+
+
+def test_cluster_bad_input(tmp_path, capsys):
+    """Exit 2, nothing deleted: a directory holding other files, a file, a bad memory size,
+    status without a cluster."""
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    (keep / "precious").write_text("x")
+    for args, want in (
+        (["down", "--dir", str(keep)], "not a cluster directory (it holds precious)"),
+        (["up", "--dir", str(keep)], "not a cluster directory"),
+        (["up", "--dir", str(keep / "precious")], "not a directory"),
+        (["up", "--memory", "2x", "--dir", str(tmp_path / "c")], "not a memory size"),
+        (["status", "--dir", str(tmp_path / "c")], "no cluster there"),
+    ):
+        assert main(["cluster", *args]) == 2
+        assert want in capsys.readouterr().err
+    assert (keep / "precious").read_text() == "x"

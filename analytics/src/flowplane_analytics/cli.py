@@ -506,7 +506,10 @@ def _cluster(a: argparse.Namespace) -> int:
         )
         return 0
     if a.action == "down":
-        was = sparkcluster.down(a.dir)
+        try:
+            was = sparkcluster.down(a.dir)
+        except sparkcluster.ClusterError as e:
+            raise UsageError(str(e)) from e
         print(f"cluster: {'stopped' if was else 'none was running'}; {a.dir} removed", file=err)
         return 0
     c = sparkcluster.load(a.dir)

@@ -87,6 +87,24 @@ def load(d: str | Path | None = None) -> Cluster | None:
         return None
 
 
+_OURS = {STATE, "logs", "work"}
+
+
+def _check_dir(d: Path) -> None:
+    """ClusterError unless d is missing, empty or a cluster directory (nothing but what `up`
+    writes): up and down delete it, and must never delete anything else."""
+    if not d.exists():
+        return
+    if not d.is_dir():
+        raise ClusterError(f"--dir {d}: not a directory")
+    other = sorted(x.name for x in d.iterdir() if x.name not in _OURS)
+    if other:
+        raise ClusterError(
+            f"--dir {d}: not a cluster directory (it holds {', '.join(other[:3])}"
+            f"{', …' if len(other) > 3 else ''}); name a new or empty directory"
+        )
+
+
 def _tail(f: Path, n: int = 5) -> str:
     try:
         lines = [x for x in f.read_text(errors="replace").splitlines() if x.strip()]
@@ -106,6 +124,7 @@ def up(
     and waits until every worker has registered. On any failure, whatever was started is
     stopped again (the logs stay in DIR/logs) and ClusterError says why."""
     d = Path(d or default_dir()).resolve()
+    _check_dir(d)
     old = load(d)
     if old is not None and _alive(old.pids):
         raise ClusterError(f"{d}: a cluster is up already ({old.master}); run `cluster down` first")
@@ -243,8 +262,9 @@ def _reap(pids: list[int]) -> None:
 
 def down(d: str | Path | None = None) -> bool:
     """Stops the cluster of DIR (master, workers, executors) and deletes DIR, logs included.
-    False when no cluster was running there."""
+    False when no cluster was running there; ClusterError when DIR holds anything else."""
     d = Path(d or default_dir()).resolve()
+    _check_dir(d)
     c = load(d)
     was = c is not None and _alive(c.pids)
     if was:
