@@ -79,15 +79,10 @@ def generate(root: Path, packets: int, periods: int) -> dict:
     return m
 
 
-SPARK_MEMORY = (
-    "BENCH_SPARK_MEMORY"  # local mode's driver, the cluster's executors in all
-)
-
-
 def _spark_memory() -> int:
     """Spark's memory in MB (BENCH_SPARK_MEMORY, default 4g): local mode's driver memory, the
     standalone cluster's executor memory summed over its two workers."""
-    v = os.environ.get(SPARK_MEMORY, "4g").lower()
+    v = os.environ.get("BENCH_SPARK_MEMORY", "4g").lower()
     return int(v[:-1]) * 1024 if v.endswith("g") else int(v.removesuffix("m"))
 
 
@@ -337,19 +332,19 @@ def main() -> int:
         if rm == "0"
         else set(rm.split(","))
     )
-    with _cluster(data, engines, redo):
+    with _cluster(data, engines):
         results = [_size(data, k, periods, engines, redo, spark_max) for k in sizes]
     _tabulate(results, periods, engines, spark_max)
     return 0
 
 
 @contextlib.contextmanager
-def _cluster(data: Path, engines: list[str], redo: set[str]) -> Iterator[None]:
+def _cluster(data: Path, engines: list[str]) -> Iterator[None]:
     """The 2-worker standalone cluster (`flowplane-analytics cluster up`, 1 core and half of
-    BENCH_SPARK_MEMORY each) while the sizes are measured, when its rows are to be measured."""
+    BENCH_SPARK_MEMORY each) while the sizes are measured, when its rows are asked for."""
     from flowplane_analytics import sparkcluster
 
-    if "standalone" not in engines or "standalone" not in redo:
+    if "standalone" not in engines:
         yield
         return
     d = data / "fpspark-cluster"
@@ -422,7 +417,9 @@ def _tabulate(
                 "machine, a master and 2 workers of 1 core each, one executor per worker of "
                 f"{_spark_memory() // 2} MB, driver (client mode) 1 GB. Both: shuffle partitions "
                 "sized to the data (one per 16 MiB of Parquet read, adaptive execution on), "
-                "Arrow transfers, one query per metric."
+                "Arrow transfers, one query per metric. Peak MB is this process and its "
+                "children: for the standalone rows the driver only (the executors are the "
+                "workers' children)."
             ),
         ],
     }
