@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 import time
 import traceback
@@ -17,7 +18,7 @@ import pandas as pd
 
 from . import clusters as clus
 from . import collect as coll
-from . import engine, filecheck, metrics, output, records, synth, topology
+from . import engine, filecheck, metrics, output, records, sparkcluster, synth, topology
 
 # Exit codes: 0 done; 1 a probe failed (collect) or an internal error; 2 bad input (a flag,
 # the topology, the dataset), said in one line before anything was written; 3 an alarm with
@@ -237,6 +238,26 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="HTML page with the tables and plots")
     _metric_args(p)
     p.add_argument("--html", required=True, help="the HTML file to write")
+
+    p = sub.add_parser(
+        "cluster",
+        help="start, inspect or stop a local Spark standalone cluster (master + workers)",
+    )
+    p.add_argument("action", choices=("up", "down", "status"))
+    p.add_argument(
+        "--dir",
+        default=str(sparkcluster.default_dir()),
+        help="its state, logs and scratch directory (default %(default)s)",
+    )
+    p.add_argument("--workers", type=_int_at_least(1), default=2, help="(up) default 2")
+    p.add_argument("--cores", type=_int_at_least(1), default=1, help="(up) per worker, default 1")
+    p.add_argument("--memory", default="2g", help="(up) executor memory per worker, default 2g")
+    p.add_argument(
+        "--timeout",
+        type=_number_in(0, above=True),
+        default=120.0,
+        help="(up) seconds to wait for the workers to register (default 120)",
+    )
 
     p = sub.add_parser("synth", help="write synthetic records with injected loss (demo, bench)")
     p.add_argument("topology")
@@ -462,6 +483,53 @@ def _data_dir(path: str) -> None:
         raise UsageError(f"--data {path}: not a directory")
 
 
+_MEMORY_RE = re.compile(r"[1-9]\d*[kmgt]?", re.IGNORECASE)
+
+
+def _cluster(a: argparse.Namespace) -> int:
+    """cluster up: the master URL on stdout (M=$(flowplane-analytics cluster up)), the rest on
+    stderr; down: everything stopped, DIR deleted; status: the master's JSON summarised."""
+    err = sys.stderr
+    if a.action == "up":
+        if not _MEMORY_RE.fullmatch(a.memory):
+            raise UsageError(f"--memory {a.memory!r}: not a memory size; write e.g. 2g or 512m")
+        try:
+            c = sparkcluster.up(a.dir, a.workers, a.cores, a.memory, a.timeout)
+        except sparkcluster.ClusterError as e:
+            raise UsageError(str(e)) from e
+        print(c.master)
+        print(
+            f"cluster: {a.workers} workers registered; web UI {c.web} (JSON: {c.web}/json/); "
+            f"logs in {c.dir}/logs; stop it with `flowplane-analytics cluster down"
+            + (f" --dir {a.dir}`" if a.dir != str(sparkcluster.default_dir()) else "`"),
+            file=err,
+        )
+        return 0
+    if a.action == "down":
+        try:
+            was = sparkcluster.down(a.dir)
+        except sparkcluster.ClusterError as e:
+            raise UsageError(str(e)) from e
+        print(f"cluster: {'stopped' if was else 'none was running'}; {a.dir} removed", file=err)
+        return 0
+    c = sparkcluster.load(a.dir)
+    if c is None:
+        raise UsageError(f"--dir {a.dir}: no cluster there (start one with `cluster up`)")
+    try:
+        j = c.status()
+    except OSError as e:
+        raise UsageError(f"cluster {c.master}: its web UI {c.web} does not answer ({e})") from e
+    print(f"master {c.master} ({j.get('status', '?')}), web UI {c.web}")
+    for w in j.get("workers", []):
+        print(
+            f"worker {w.get('id')}: {w.get('state')}, {w.get('cores')} cores, {w.get('memory')} MB"
+        )
+    for kind in ("activeapps", "completedapps"):
+        for app in j.get(kind, []):
+            print(f"application {app.get('id')} {app.get('name')}: {app.get('state')}")
+    return 0
+
+
 def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int:
     """The command; known_bad: files an earlier run found bad only by reading them through."""
     a = parser().parse_args(argv)
@@ -531,6 +599,8 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
             draw.graph_png(net, cs, a.png)
             print(f"graph: {a.png}", file=err)
         return 0
+    if a.cmd == "cluster":
+        return _cluster(a)
     if a.cmd == "synth":
         net = _network(a.topology, a.probe_hosts, lab=True)
         _data_dir(a.data)

@@ -27,6 +27,8 @@ from .filecheck import BadFile, BadFilesError
 ENGINES = ("duckdb", "spark")
 
 _spark_session: Any = None
+_auto_partitions = False  # the session's shuffle partitions are ours to size (size_shuffles)
+SHUFFLE_BYTES = 16 << 20  # Parquet bytes read per shuffle partition
 
 
 @dataclass
@@ -36,7 +38,7 @@ class Options:
     memory_limit: str | None = None  # DuckDB memory_limit, e.g. "1GB"
     temp_dir: str | None = None  # DuckDB spill directory
     threads: int | None = None
-    shuffle_partitions: int | None = None  # Spark; default 8 in local mode
+    shuffle_partitions: int | None = None  # Spark; default: sized to the data
     spark_conf: dict[str, str] | None = None  # more Spark settings
 
 
@@ -123,6 +125,7 @@ def spark_session(
             "--engine spark needs pyspark: pip install 'flowplane-analytics[spark]' "
             "(and Java 17 or newer), or use --engine duckdb"
         )
+    global _auto_partitions
     submitted = master is None and bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
     if not submitted:
         if master is None and os.environ.get("SPARK_MASTER"):
@@ -148,14 +151,17 @@ def spark_session(
         # probe=… and period=… stay strings; the reader casts them (a numeric probe id stays text).
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
         "spark.sql.ansi.enabled": "false",
+        # Ibis's in-memory tables (cluster membership, aliases) go to the JVM and results come
+        # back as Arrow batches: no Python worker process on any executor, no row pickling.
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
     }
     if not submitted and not debug():
         # The driver JVM starts with logging off: no WARN lines, no Java stack traces.
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
     if local:
-        conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions or 8)
         conf["spark.driver.memory"] = os.environ.get("FLOWPLANE_SPARK_DRIVER_MEMORY", "2g")
-    elif shuffle_partitions:
+    if shuffle_partitions:
         conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     conf.update(extra or {})
     for k, v in conf.items():
@@ -169,6 +175,9 @@ def spark_session(
             f"{short_error(e)}; check --master, and that Java 17+ runs (JAVA_HOME)"
         ) from e
     s.sparkContext.setLogLevel("ERROR" if debug() else "OFF")
+    _auto_partitions = "spark.sql.shuffle.partitions" not in conf and not (
+        submitted and s.conf.get("spark.sql.shuffle.partitions") != "200"
+    )
     _spark_session = s
     return s
 
@@ -206,8 +215,32 @@ def connect(opts: Options) -> Any:
         # The session first: it says what is missing (pyspark, Java) before ibis's backend,
         # which needs pyspark, is imported.
         session = spark_session(opts.master, opts.shuffle_partitions, opts.spark_conf)
-        return ibis.pyspark.connect(session)
+        return _broadcast_memtables(ibis.pyspark.connect(session))
     raise ValueError(f"engine {opts.engine!r}: want one of {', '.join(ENGINES)}")
+
+
+def _broadcast_memtables(con: Any) -> Any:
+    """Ibis's in-memory tables (cluster membership, aliases: a few hundred rows) registered
+    through Arrow and with a broadcast hint, so that every join of the samples with one is a
+    broadcast join whatever Spark estimates (without Arrow such a table was an RDD of pickled
+    rows that Spark could not size: a shuffle of the samples per join, and a Python worker per
+    executor)."""
+    from decimal import Decimal
+
+    from ibis.backends.pyspark.datatypes import PySparkSchema
+    from pyspark.sql.functions import broadcast
+
+    def hinted(op: ops.InMemoryTable) -> None:
+        # as Ibis's own registration, with the hint
+        data = op.data.to_frame()
+        if dec := [n for n, t in op.schema.items() if t.is_decimal()]:
+            data = data.assign(**{c: data[c].map(Decimal) for c in dec})
+        schema = PySparkSchema.from_ibis(op.schema)
+        df = con._session.createDataFrame(data, schema=schema, verifySchema=False)
+        broadcast(df).createOrReplaceTempView(op.name)
+
+    con._register_in_memory_table = hinted
+    return con
 
 
 @dataclass
@@ -505,12 +538,27 @@ def load(
     """The dataset under root (a local directory, or hdfs:// / s3a:// with Spark), located and
     checked by `locate` unless root is a Source already."""
     src = root if isinstance(root, Source) else locate(root, layout, skip_bad)
+    if con.name == "pyspark":
+        size_shuffles(con._session, src)
     ds = load_compact(con, src.root) if src.layout == "compact" else load_raw(con, src)
     if con.name == "pyspark" and cache:
         # Each metric reads the counters and samples several times (both sides of the
         # matching, the hash lengths): Spark would rescan the Parquet files for each.
         ds.counters, ds.samples = ds.counters.cache(), ds.samples.cache()
     return ds
+
+
+def size_shuffles(session: Any, src: Source) -> None:
+    """Spark's shuffle partitions sized to a local dataset (one per SHUFFLE_BYTES of Parquet
+    read, at least the default parallelism, at most 200) unless they were set (--conf,
+    Options.shuffle_partitions): Spark's default of 200 is as many tasks per shuffle for a few
+    megabytes. Adaptive execution then coalesces small ones further. A remote dataset keeps
+    the default."""
+    if not _auto_partitions or not src.local:
+        return
+    size = sum(f.stat().st_size for f in src.files() if f.exists())
+    n = max(session.sparkContext.defaultParallelism, -(-size // SHUFFLE_BYTES))
+    session.conf.set("spark.sql.shuffle.partitions", str(min(n, 200)))
 
 
 def compact(
@@ -534,6 +582,8 @@ def compact(
             raise ValueError(f"{root}: compact writes local datasets only")
         src = locate(root, "raw", skip_bad)
     root = src.root
+    if con.name == "pyspark":
+        size_shuffles(con._session, src)
     n_files = _counter_files(root)
     agg, s_all = _raw_tables(con, src)
     # The complete (probe, period)s, once: each part then reads only its own files.

@@ -98,14 +98,15 @@ def partition_dir(root: Path, table: str, probe: str, period: int) -> Path:
     return Path(root) / table / f"probe={probe}" / f"period={period}"
 
 
-def _atomic_write(path: Path, write: Any) -> None:
+def _atomic_write(path: Path, write: Any, sync: bool = True) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
+        if sync:
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -123,9 +124,11 @@ def write_period(
     counters: pa.Table,
     samples: pa.Table,
     raw_json: Mapping[str, Any] | None = None,
+    sync: bool = True,
 ) -> None:
     """Writes one probe's period: JSON Lines (if given), samples, then counters last, each to a
-    temporary name renamed into place, so a reader never sees a half period."""
+    temporary name renamed into place, so a reader never sees a half period. sync False: no
+    fsync (synthetic data, where a crash loses nothing worth keeping)."""
     root = Path(root)
     if raw_json is not None:
         line = json.dumps(raw_json, separators=(",", ":")) + "\n"
@@ -134,9 +137,9 @@ def write_period(
             lambda p: Path(p).write_text(line),
         )
     sdir = partition_dir(root, "samples", probe, period)
-    _atomic_write(sdir / "part-0.parquet", lambda p: pq.write_table(samples, p))
+    _atomic_write(sdir / "part-0.parquet", lambda p: pq.write_table(samples, p), sync)
     cdir = partition_dir(root, "counters", probe, period)
-    _atomic_write(cdir / "part-0.parquet", lambda p: pq.write_table(counters, p))
+    _atomic_write(cdir / "part-0.parquet", lambda p: pq.write_table(counters, p), sync)
 
 
 def write_period_json(root: Path, obj: Mapping[str, Any], keep_json: bool = True) -> None:
