@@ -52,20 +52,26 @@ static __always_inline void ct_account(struct ct_entry *e, struct pkt *p, __u32 
 				       int ignored, struct ct_config *cfg, __u64 now, __u32 ifindex,
 				       int l4proto)
 {
+	/* nf's protocol handlers see the status from before the packet: the first reply is not
+	 * yet a reply. UDP is a stream (udp_stream, assured) only from a packet after the reply
+	 * more than 2 s after the first packet (nf's stream_ts). */
+	__u32 replied = e->status & CT_F_SEEN_REPLY;
+	__u32 stream = replied && now > e->created + 2 * NSEC_PER_SEC ? CT_F_SEEN_REPLY : 0;
 	__u64 expires;
 
 	if (!ignored) {
 		__sync_fetch_and_add(&e->packets[dir & 1], 1);
 		__sync_fetch_and_add(&e->bytes[dir & 1], p->l3len);
 	}
-	if (dir == 1 && !(e->status & CT_F_SEEN_REPLY)) {
+	if (dir == 1 && !replied) {
 		__sync_fetch_and_or(&e->status, CT_F_SEEN_REPLY);
 		e->ifindex[1] = ifindex;
 	}
 	if (!ignored) {
-		if (state == CT_TCP_ESTABLISHED && !(e->status & CT_F_ASSURED))
-			__sync_fetch_and_or(&e->status, CT_F_ASSURED);
-		__u64 to = timeout_ns(cfg, entry_timeout_slot(l4proto, state, e->status));
+		if ((state == CT_TCP_ESTABLISHED && replied) || (l4proto == IPPROTO_UDP && stream))
+			if (!(e->status & CT_F_ASSURED))
+				__sync_fetch_and_or(&e->status, CT_F_ASSURED);
+		__u64 to = timeout_ns(cfg, entry_timeout_slot(l4proto, state, stream));
 
 		/* nf: while either side has data the other has not acknowledged, the timeout is
 		 * capped at tcp_timeout_unacknowledged (a peer gone mid-transfer ages out soon). */

@@ -819,6 +819,14 @@ type minimizedCase struct {
 
 func minimizedCases() []minimizedCase {
 	var cs []minimizedCase
+	// nf's stream_ts: a replied UDP flow keeps udp_unreplied (30 s) and is not assured
+	// until a packet comes more than 2 s after the first.
+	query := rpkt{from: "h1", proto: "udp", sport: 5000, dport: 53, payload: 10, wscale: -1}
+	answer := rpkt{from: "h2", proto: "udp", sport: 53, dport: 5000, payload: 10, wscale: -1}
+	late := answer
+	late.gap = 2100 * time.Millisecond
+	cs = append(cs, minimizedCase{"udp replied within 2 s", []rpkt{query, answer, answer}},
+		minimizedCase{"udp stream after 2 s", []rpkt{query, answer, late}})
 	return cs
 }
 
