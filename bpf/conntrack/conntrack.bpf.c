@@ -88,6 +88,9 @@ static __always_inline void ct_account(struct ct_entry *e, struct pkt *p, __u32 
 			else if (((e->tcp[0].flags | e->tcp[1].flags) & CT_TCP_F_DATA_UNACK) &&
 				 to > un)
 				to = un;
+			/* nf: ESTABLISHED without a reply (a pickup) is capped too. */
+			if (!replied && state == CT_TCP_ESTABLISHED && to > un)
+				to = un;
 		}
 		expires = now + to;
 		if (e->expires != expires) /* the clock ticks per jiffy: spare the store */
@@ -258,13 +261,15 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 			fp_count(&ct_stats, CT_STAT_POLICY_DROP);
 			return V_DROP;
 		}
-		return ct_create(p, now,
-				 (__u64)(cfg ? cfg->timeout[CT_TCP_SYN_SENT] : 120) |
-				     (__u64)(cfg ? cfg->timeout[entry_timeout_slot(
-						       l4proto, CT_TCP_ESTABLISHED, 0)]
-						 : 30)
-					 << 32,
-				 ifindex);
+		return ct_create(
+		    p, now,
+		    (__u64)(cfg ? cfg->timeout[CT_TCP_SYN_SENT] : 120) |
+			(__u64)(cfg ? cfg->timeout[l4proto == IPPROTO_TCP
+						       ? CT_TO_TCP_UNACK /* pickup, as above */
+						       : entry_timeout_slot(l4proto, 0, 0)]
+				    : 30)
+			    << 32,
+		    ifindex);
 	}
 
 	dir = p->fwd == !!(e->status & CT_F_ORIG_LO) ? 0 : 1;

@@ -827,6 +827,13 @@ func minimizedCases() []minimizedCase {
 	late.gap = 2100 * time.Millisecond
 	cs = append(cs, minimizedCase{"udp replied within 2 s", []rpkt{query, answer, answer}},
 		minimizedCase{"udp stream after 2 s", []rpkt{query, answer, late}})
+	// A picked-up connection without a reply is capped at tcp_unacknowledged; so is the
+	// first reply (nf's handler sees the status from before the packet).
+	pickup := rpkt{from: "h1", proto: "tcp", sport: 41000, dport: 80, flags: "A", seq: 1000, ack: 5000, win: 65535, wscale: -1}
+	pickupReply := rpkt{from: "h2", proto: "tcp", sport: 80, dport: 41000, flags: "A", seq: 5000, ack: 1000, win: 65535, wscale: -1}
+	cs = append(cs, minimizedCase{"pickup", []rpkt{pickup}},
+		minimizedCase{"pickup and its first reply", []rpkt{pickup, pickupReply}},
+		minimizedCase{"pickup, reply, ack", []rpkt{pickup, pickupReply, pickup}})
 	return cs
 }
 
