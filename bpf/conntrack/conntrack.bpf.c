@@ -233,7 +233,7 @@ static __always_inline int track(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *
 			     type == ICMP_PARAMETERPROB)) ||
 			   (family == 6 && type >= 1 && type <= 4)) {
 			c->pos = ih + 8;
-			reason = related_at(ctx, c, p, family, now);
+			reason = related_at(ctx, c, p, family, now, dst);
 			if (reason) {
 				fp_count(&ct_stats, reason);
 				return V_DROP;

@@ -834,6 +834,15 @@ func minimizedCases() []minimizedCase {
 	cs = append(cs, minimizedCase{"pickup", []rpkt{pickup}},
 		minimizedCase{"pickup and its first reply", []rpkt{pickup, pickupReply}},
 		minimizedCase{"pickup, reply, ack", []rpkt{pickup, pickupReply, pickup}})
+	// An ICMP error must go to the quoted packet's sender: one from the sender itself
+	// (to the quoted packet's receiver) is invalid.
+	echo := rpkt{from: "h1", proto: "echo", sport: 7, seq: 1, wscale: -1}
+	echo6 := echo
+	echo6.v6 = true
+	cs = append(cs,
+		minimizedCase{"icmp error from the quoted packet's sender", []rpkt{echo, {from: "h1", proto: "icmperr", typ: 3, code: 1, quote: &echo, wscale: -1}}},
+		minimizedCase{"icmpv6 error from the quoted packet's sender", []rpkt{echo6, {from: "h1", v6: true, proto: "icmperr", typ: 1, code: 1, quote: &echo6, wscale: -1}}},
+		minimizedCase{"icmp error to the sender", []rpkt{echo, {from: "h2", proto: "icmperr", typ: 3, code: 1, quote: &echo, wscale: -1}}})
 	return cs
 }
 
