@@ -80,7 +80,8 @@ static __always_inline void ct_account(struct ct_entry *e, struct pkt *p, __u32 
 			      un = timeout_ns(cfg, CT_TO_TCP_UNACK);
 
 			/* nf's order: retransmissions, a RST (CLOSE's timeout, even one that left
-			 * the state alone), unacknowledged data. */
+			 * the state alone), unacknowledged data, a zero window (or none seen yet)
+			 * in the last plain ACK segment. */
 			if (e->retrans >= tcp_max_retrans && to > re)
 				to = re;
 			else if (p->tcp_rst)
@@ -88,6 +89,8 @@ static __always_inline void ct_account(struct ct_entry *e, struct pkt *p, __u32 
 			else if (((e->tcp[0].flags | e->tcp[1].flags) & CT_TCP_F_DATA_UNACK) &&
 				 to > un)
 				to = un;
+			else if (e->last_win == 0 && to > re)
+				to = re;
 			/* nf: ESTABLISHED without a reply (a pickup) is capped too. */
 			if (!replied && state == CT_TCP_ESTABLISHED && to > un)
 				to = un;

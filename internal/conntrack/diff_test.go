@@ -861,6 +861,13 @@ func minimizedCases() []minimizedCase {
 		{from: "h1", proto: "tcp", sport: 25732, dport: 53, flags: "PA", seq: 2745113261, ack: 1847984207, win: 65535, wscale: -1, payload: 100},
 		{from: "h2", proto: "tcp", sport: 53, dport: 25732, flags: "A", seq: 1847984207, ack: 2745113461, win: 502, wscale: -1},
 	}})
+	// No plain ACK segment has passed the window check (a pickup's segments fail it): nf's
+	// last_win is still 0, which caps the timeout at tcp_retrans.
+	cs = append(cs, minimizedCase{"no window seen caps at tcp_retrans", []rpkt{
+		{from: "h1", v6: true, proto: "tcp", sport: 53, dport: 58643, flags: "PA", seq: 968517680, ack: 993, win: 502, wscale: -1, payload: 536},
+		{from: "h2", v6: true, proto: "tcp", sport: 58643, dport: 53, flags: "PA", seq: 64049, ack: 968518317, win: 65535, wscale: -1, payload: 1200},
+		{from: "h2", v6: true, proto: "tcp", sport: 58643, dport: 53, flags: "PA", seq: 1093, ack: 968518317, win: 65535, wscale: -1, payload: 1200},
+	}})
 	return cs
 }
 
