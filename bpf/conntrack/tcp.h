@@ -316,8 +316,6 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 		    after(sack, receiver->td_end - maxack - 1) && overshot <= receiver->td_maxwin &&
 		    before(sack, receiver->td_end + 1)) {
 			sender->td_end = end; /* nf sets it, even backwards */
-			if (!(sender->flags & CT_TCP_F_DATA_UNACK))
-				dir_flag_set(sender, CT_TCP_F_DATA_UNACK); /* as nf */
 			return be_liberal ? WIN_ACCEPT
 					  : WIN_IGNORE; /* passed, nothing else updated */
 		}

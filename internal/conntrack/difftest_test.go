@@ -273,6 +273,31 @@ var acceptedDiffs = []struct {
 		}
 		return false
 	}},
+	{"an overshooting segment does not mark its data unacknowledged", func(seq []rpkt, r *seqResult) bool {
+		// Only a timeout nf capped (≤300 s) and flowplane did not, after out-of-order data.
+		if firstDisagreement(r) >= 0 || len(r.nfSt) != len(r.fpSt) {
+			return false
+		}
+		capped := false
+		for i := range r.nfSt {
+			if r.nfSt[i] != r.fpSt[i] {
+				nf, fp := strings.TrimSuffix(r.nfSt[i], "≤300s"), strings.TrimSuffix(r.fpSt[i], "≤432000s")
+				if nf == r.nfSt[i] || fp == r.fpSt[i] || nf != fp {
+					return false
+				}
+				capped = true
+			}
+		}
+		for i, q := range seq {
+			for _, o := range seq[i+1:] {
+				if q.proto == "tcp" && o.proto == "tcp" && q.from == o.from && q.sport == o.sport && q.dport == o.dport &&
+					q.payload > 0 && o.payload > 0 && int32(o.seq-q.seq) < 0 {
+					return capped
+				}
+			}
+		}
+		return false
+	}},
 	{"a pickup's first packet is not checked against the window", func(seq []rpkt, _ *seqResult) bool {
 		// A minimized sequence: every packet matters, so one such pickup is the cause.
 		first := map[string]bool{}
