@@ -327,8 +327,9 @@ func firstDisagreement(r *seqResult) int {
 }
 
 // difftest runs sequences from seed on, one after the other, until the time is up (or n
-// sequences, if n > 0), minimizing and classifying every disagreement.
-func (p *pairLab) difftest(seed uint64, n int, until time.Time, sum *difftestSummary) {
+// sequences, if n > 0), minimizing (for at most grace past until) and classifying every
+// disagreement.
+func (p *pairLab) difftest(seed uint64, n int, until time.Time, grace time.Duration, sum *difftestSummary) {
 	t := p.t
 	sum.Seeds = append(sum.Seeds, seed)
 	for k := 0; (n <= 0 || k < n) && time.Now().Before(until); k++ {
@@ -360,8 +361,8 @@ func (p *pairLab) difftest(seed uint64, n int, until time.Time, sum *difftestSum
 			t.Logf("seed %d: a disagreement that did not reproduce (timing)\n%s", s, describe(seq, r))
 			continue
 		}
-		// Minimizing stops (keeping what it has) a minute after the run's end at the latest.
-		small := ddmin(seq, func(sub []rpkt) bool { return time.Now().Before(until.Add(time.Minute)) && !p.run(sub).ok() })
+		// Minimizing stops (keeping what it has) at grace past the run's end.
+		small := ddmin(seq, func(sub []rpkt) bool { return time.Now().Before(until.Add(grace)) && !p.run(sub).ok() })
 		mr := p.run(small)
 		if mr.ok() { // a timing flake steered the minimization
 			sum.NotReproduced++
@@ -386,7 +387,7 @@ func (p *pairLab) difftest(seed uint64, n int, until time.Time, sum *difftestSum
 }
 
 // TestDifferentialRandom feeds random conversations to nf_conntrack and flowplane and compares
-// them packet by packet. In CI: fixed seeds and one random seed, about 25 s. `make difftest`
+// them packet by packet. In CI: fixed seeds and one random seed, about 20 s. `make difftest`
 // sets DIFFTIME (run that long from DIFFSEED, or a random seed) and DIFFJSON (the summary);
 // DIFFSEED without DIFFTIME (or DIFFTIME=0) reruns one sequence.
 func TestDifferentialRandom(t *testing.T) {
@@ -413,15 +414,15 @@ func TestDifferentialRandom(t *testing.T) {
 			seed = rand.Uint64() >> 16
 		}
 		t.Logf("difftest: seed %d for %v (DIFFSEED=%d DIFFTIME=%v reruns it)", seed, d, seed, d)
-		p.difftest(seed, 0, start.Add(d), sum)
+		p.difftest(seed, 0, start.Add(d), time.Minute, sum)
 	case haveSeed:
-		p.difftest(seed, 1, start.Add(time.Hour), sum)
+		p.difftest(seed, 1, start.Add(time.Hour), time.Minute, sum)
 	default:
 		// Fixed seeds, then a random one, within a budget that keeps CI short.
-		p.difftest(1, 40, start.Add(15*time.Second), sum)
+		p.difftest(1, 30, start.Add(12*time.Second), 5*time.Second, sum)
 		seed = rand.Uint64() >> 16
 		t.Logf("difftest: random seed %d (DIFFSEED=%d reruns a sequence)", seed, seed)
-		p.difftest(seed, 20, start.Add(22*time.Second), sum)
+		p.difftest(seed, 10, start.Add(18*time.Second), 5*time.Second, sum)
 	}
 	sum.Seconds = time.Since(start).Seconds()
 	t.Logf("difftest: %d sequences (%d–%d packets), %d packets, %d agreed (%d delivered by both, %d dropped by both); %d connections, %d agreed; %d disagreements, %d not reproduced; %.0f s",
