@@ -254,7 +254,7 @@ func (s state) detailed() string {
 	return str
 }
 
-// strings returns each state's String (or detailed), sorted.
+// stateStrings returns each state's String (or detailed), sorted.
 func stateStrings(ss []state, detailed bool) []string {
 	out := make([]string, len(ss))
 	for i, s := range ss {
