@@ -8,7 +8,7 @@ GO_SRC := $(shell find cmd internal -name '*.go' ! -name '*_bpfel.go' 2>/dev/nul
 # Each line of the test run's output goes to the terminal; the whole log also to this file.
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: help setup vmlinux generate check-generated build release test bench lint demo clean
+.PHONY: help setup vmlinux generate check-generated build release test bench difftest lint demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -62,6 +62,15 @@ test: setup build check-generated release ## run every test, privileged ones inc
 
 bench: setup build ## run the benchmarks (BENCH=a,b: some); JSON under bench/results/, docs/benchmarks.md
 	@bench/run.sh
+
+# conntrack against nf_conntrack on random conversations (docs/conntrack.md#random-differential):
+# for DIFFTIME from DIFFSEED (default: a random seed, printed); DIFFTIME=0 DIFFSEED=N reruns
+# the one sequence N. The summary goes to bin/difftest.json.
+DIFFTIME ?= 5m
+difftest: build ## conntrack against nf_conntrack on random conversations for DIFFTIME (needs root)
+	@mkdir -p bin
+	DIFFTIME=$(DIFFTIME) DIFFSEED=$(DIFFSEED) DIFFJSON=$(CURDIR)/bin/difftest.json \
+		$(GO) test -count=1 -v -timeout 0 -run '^TestDifferentialRandom$$' ./internal/conntrack
 
 lint: setup generate ## gofmt, go vet, staticcheck, clang-format
 	@test -z "$$(gofmt -l cmd internal bench scripts)" || { gofmt -l cmd internal bench scripts; echo 'gofmt: run gofmt -w on the files above'; exit 1; }

@@ -67,20 +67,26 @@ static __always_inline void ct_account(struct ct_entry *e, struct pkt *p, __u32 
 				       int ignored, struct ct_config *cfg, __u64 now, __u32 ifindex,
 				       int l4proto)
 {
+	/* nf's protocol handlers see the status from before the packet: the first reply is not
+	 * yet a reply. UDP is a stream (udp_stream, assured) only from a packet after the reply
+	 * more than 2 s after the first packet (nf's stream_ts). */
+	__u32 replied = e->status & CT_F_SEEN_REPLY;
+	__u32 stream = replied && now > e->created + 2 * NSEC_PER_SEC ? CT_F_SEEN_REPLY : 0;
 	__u64 expires;
 
 	if (!ignored) {
 		__sync_fetch_and_add(&e->packets[dir & 1], 1);
 		__sync_fetch_and_add(&e->bytes[dir & 1], p->l3len);
 	}
-	if (dir == 1 && !(e->status & CT_F_SEEN_REPLY)) {
+	if (dir == 1 && !replied) {
 		__sync_fetch_and_or(&e->status, CT_F_SEEN_REPLY);
 		e->ifindex[1] = ifindex;
 	}
 	if (!ignored) {
-		if (state == CT_TCP_ESTABLISHED && !(e->status & CT_F_ASSURED))
-			__sync_fetch_and_or(&e->status, CT_F_ASSURED);
-		__u64 to = timeout_ns(cfg, entry_timeout_slot(l4proto, state, e->status));
+		if ((state == CT_TCP_ESTABLISHED && replied) || (l4proto == IPPROTO_UDP && stream))
+			if (!(e->status & CT_F_ASSURED))
+				__sync_fetch_and_or(&e->status, CT_F_ASSURED);
+		__u64 to = timeout_ns(cfg, entry_timeout_slot(l4proto, state, stream));
 
 		/* nf: while either side has data the other has not acknowledged, the timeout is
 		 * capped at tcp_timeout_unacknowledged (a peer gone mid-transfer ages out soon). */
@@ -89,13 +95,19 @@ static __always_inline void ct_account(struct ct_entry *e, struct pkt *p, __u32 
 			      un = timeout_ns(cfg, CT_TO_TCP_UNACK);
 
 			/* nf's order: retransmissions, a RST (CLOSE's timeout, even one that left
-			 * the state alone), unacknowledged data. */
+			 * the state alone), unacknowledged data, a zero window (or none seen yet)
+			 * in the last plain ACK segment. */
 			if (e->retrans >= tcp_max_retrans && to > re)
 				to = re;
 			else if (p->tcp_rst)
 				to = timeout_ns(cfg, CT_TCP_CLOSE);
 			else if (((e->tcp[0].flags | e->tcp[1].flags) & CT_TCP_F_DATA_UNACK) &&
 				 to > un)
+				to = un;
+			else if (e->last_win == 0 && to > re)
+				to = re;
+			/* nf: ESTABLISHED without a reply (a pickup) is capped too. */
+			if (!replied && state == CT_TCP_ESTABLISHED && to > un)
 				to = un;
 		}
 		expires = now + to;
@@ -257,7 +269,7 @@ __noinline int ct_track(CT_CTX *ctx, struct pkt *p, struct track_in *in, struct 
 			     type == ICMP_PARAMETERPROB)) ||
 			   (family == 6 && type >= 1 && type <= 4)) {
 			c->pos = ih + 8;
-			reason = related_at(ctx, c, p, family, now);
+			reason = related_at(ctx, c, p, family, now, dst);
 			if (reason) {
 				fp_count(&ct_stats, reason);
 				return V_DROP;
@@ -285,13 +297,15 @@ __noinline int ct_track(CT_CTX *ctx, struct pkt *p, struct track_in *in, struct 
 			fp_count(&ct_stats, CT_STAT_POLICY_DROP);
 			return V_DROP;
 		}
-		return ct_create(p, now,
-				 (__u64)(cfg ? cfg->timeout[CT_TCP_SYN_SENT] : 120) |
-				     (__u64)(cfg ? cfg->timeout[entry_timeout_slot(
-						       l4proto, CT_TCP_ESTABLISHED, 0)]
-						 : 30)
-					 << 32,
-				 ifindex);
+		return ct_create(
+		    p, now,
+		    (__u64)(cfg ? cfg->timeout[CT_TCP_SYN_SENT] : 120) |
+			(__u64)(cfg ? cfg->timeout[l4proto == IPPROTO_TCP
+						       ? CT_TO_TCP_UNACK /* pickup, as above */
+						       : entry_timeout_slot(l4proto, 0, 0)]
+				    : 30)
+			    << 32,
+		    ifindex);
 	}
 
 	dir = p->fwd == !!(e->status & CT_F_ORIG_LO) ? 0 : 1;

@@ -60,9 +60,9 @@ __noinline int ct_ipv6_skip_ext(CT_CTX *ctx, __u32 off, __u32 next)
 
 /* related_at handles an ICMP(v6) error: allowed only if the header it quotes belongs to a tracked
  * connection. c points after the 8-byte ICMP header; p's key is rebuilt for the quoted packet
- * (the error itself has no key of its own). */
+ * (the error itself has no key of its own); odst is the error's destination. */
 static __always_inline int related_at(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *inner,
-				      __u8 family, __u64 now)
+				      __u8 family, __u64 now, const __u32 *odst)
 {
 	__u32 src[4] = {}, dst[4] = {};
 	__u16 sport, dport;
@@ -94,7 +94,9 @@ static __always_inline int related_at(CT_CTX *ctx, struct hdr_cursor *c, struct 
 		__builtin_memcpy(dst, &ip6->daddr, 16);
 		l4 = data + ((at >> 8) & 0xfff);
 	}
-	if ((void *)(l4 + 8) > c->end)
+	/* nf: the error goes to the quoted packet's sender; one to anyone else is invalid. */
+	if ((void *)(l4 + 8) > c->end || src[0] != odst[0] ||
+	    (family == 6 && (src[1] != odst[1] || src[2] != odst[2] || src[3] != odst[3])))
 		return CT_STAT_INV_ICMP;
 	if (proto == IPPROTO_TCP || proto == IPPROTO_UDP) {
 		sport = *(__u16 *)l4;

@@ -315,7 +315,7 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 		if (receiver->td_maxwin && after(end, sender->td_end - receiver->td_maxwin - 1) &&
 		    after(sack, receiver->td_end - maxack - 1) && overshot <= receiver->td_maxwin &&
 		    before(sack, receiver->td_end + 1)) {
-			seq_max(&sender->td_end, end);
+			sender->td_end = end; /* nf sets it, even backwards */
 			return be_liberal ? WIN_ACCEPT
 					  : WIN_IGNORE; /* passed, nothing else updated */
 		}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/gopacket/gopacket/layers"
 
@@ -450,8 +451,14 @@ func TestUDP(t *testing.T) {
 	if len(es) != 1 || es[0].Packets != [2]uint64{2, 2} || es[0].Bytes[0] != 2*33 || !es[0].Confirmed {
 		t.Errorf("entries %+v", es)
 	}
-	if es[0].Timeout < 119 || es[0].Timeout > 120 {
-		t.Errorf("stream timeout %.1fs, want 120s", es[0].Timeout)
+	// nf's stream_ts: replied, but within 2 s of the first packet: udp_unreplied, not assured.
+	if es[0].Timeout < 29 || es[0].Timeout > 30 || es[0].Assured {
+		t.Errorf("timeout %.1fs, assured %v within 2 s of the first packet, want 30s, false", es[0].Timeout, es[0].Assured)
+	}
+	time.Sleep(2100 * time.Millisecond)
+	f.script(t, []step{{name: "a reply after 2 s: a stream", frame: udp(false, 5000, 53), out: true, ret: xdpRedirect, state: "ESTABLISHED", key: k}})
+	if es = f.entries(); len(es) != 1 || es[0].Timeout < 119 || es[0].Timeout > 120 || !es[0].Assured {
+		t.Errorf("after 2 s: entries %+v, want a 120 s timeout, assured", es)
 	}
 }
 

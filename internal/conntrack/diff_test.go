@@ -42,6 +42,8 @@ type diffLab struct {
 	l        *lab.Lab
 	h1, h2   netip.Addr
 	h16, h26 netip.Addr
+	r1       map[string]netip.Addr       // host → r1's IPv4 address on its link
+	marker   uint16                      // sequence number of the last barrier echo (deliver)
 	dev      map[string]string           // node → its eth0 (hosts) or "r1:in"/"r1:out"
 	mac      map[string]net.HardwareAddr // same keys
 	rx       map[string]int              // host → capture socket
@@ -52,6 +54,39 @@ type dstep struct {
 	name  string
 	from  string // "h1" (inside) or "h2" (outside)
 	frame func(d *diffLab) *packet.Builder
+}
+
+// newDiffLab brings up an XDPRouter lab (h1 — r1 — h2) whose hosts send and capture frames.
+func newDiffLab(t *testing.T) *diffLab {
+	testenv.Need(t, "nft", "conntrack")
+	l := labtest.Up(t, labtest.XDPRouter)
+	d := &diffLab{t: t, l: l}
+	d.h1, d.h2 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "4")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "4"))
+	d.h16, d.h26 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "6")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "6"))
+	r1, err := l.Node("r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.r1 = map[string]netip.Addr{"h1": r1.Ifaces[0].IPv4.Addr(), "h2": r1.Ifaces[1].IPv4.Addr()}
+	d.setup()
+	return d
+}
+
+// startFlowplane runs conntrack on l's r1 with cfg until the test ends, then unpins its tables.
+func startFlowplane(t *testing.T, l *lab.Lab, cfg *Config) *ctLab {
+	c := &ctLab{t: t, l: l, cfg: cfg}
+	c.start()
+	t.Cleanup(func() {
+		c.stop()
+		_ = nsrun.Do(l.Netns("r1"), func() error {
+			inst, err := Instance()
+			if err == nil {
+				_ = unpinInstance(inst)
+			}
+			return err
+		})
+	})
+	return c
 }
 
 func (d *diffLab) setup() {
@@ -194,15 +229,49 @@ func (d *diffLab) drain(h string) {
 }
 
 // state is one connection's final state, as both trackers can print it.
-type state struct{ proto, src, dst, ports, tcp, flags string }
+type state struct {
+	proto, src, dst, ports, tcp, flags string
+	assured                            bool
+	timeout                            float64 // seconds left
+}
 
 func (s state) String() string {
 	return strings.TrimSpace(fmt.Sprintf("%s %s→%s %s %s %s", s.proto, s.src, s.dst, s.ports, s.tcp, s.flags))
 }
 
+// detailed is String with the assured flag and the timeout as the smallest default timeout
+// (tcp_close 10 s … tcp_established 5 days) at or above the seconds left.
+func (s state) detailed() string {
+	str := s.String()
+	if s.assured {
+		str += " assured"
+	}
+	for _, t := range []float64{10, 30, 60, 120, 300, 432000} {
+		if s.timeout <= t+1 {
+			return fmt.Sprintf("%s ≤%gs", str, t)
+		}
+	}
+	return str
+}
+
+// stateStrings returns each state's String (or detailed), sorted.
+func stateStrings(ss []state, detailed bool) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = s.String()
+		if detailed {
+			out[i] = s.detailed()
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // nfStates parses conntrack -L in r1.
-func nfStates(t *testing.T, l *lab.Lab) []string {
-	var out []string
+func nfStates(t *testing.T, l *lab.Lab) []string { return stateStrings(nfStateList(t, l), false) }
+
+func nfStateList(t *testing.T, l *lab.Lab) []state {
+	var out []state
 	for _, fam := range []string{"ipv4", "ipv6"} {
 		text := labtest.Run(t, l, "r1", "conntrack", "-L", "-f", fam)
 		for _, line := range strings.Split(text, "\n") {
@@ -214,6 +283,7 @@ func nfStates(t *testing.T, l *lab.Lab) []string {
 			if s.proto == "ipv6-icmp" {
 				s.proto = "icmpv6"
 			}
+			fmt.Sscan(f[2], &s.timeout)
 			kv := map[string]string{}
 			for _, x := range f[3:] {
 				if k, v, ok := strings.Cut(x, "="); ok {
@@ -222,6 +292,8 @@ func nfStates(t *testing.T, l *lab.Lab) []string {
 					}
 				} else if x == "[UNREPLIED]" {
 					s.flags = "unreplied"
+				} else if x == "[ASSURED]" {
+					s.assured = true
 				} else if s.proto == "tcp" && s.tcp == "" && !strings.HasPrefix(x, "[") {
 					s.tcp = x
 				}
@@ -232,17 +304,18 @@ func nfStates(t *testing.T, l *lab.Lab) []string {
 			} else {
 				s.ports = kv["sport"] + ">" + kv["dport"]
 			}
-			out = append(out, s.String())
+			out = append(out, s)
 		}
 	}
-	sort.Strings(out)
 	return out
 }
 
-func fpStates(es []Entry) []string {
-	var out []string
+func fpStates(es []Entry) []string { return stateStrings(fpStateList(es), false) }
+
+func fpStateList(es []Entry) []state {
+	var out []state
 	for _, e := range es {
-		s := state{proto: e.Proto, src: e.Orig.Src.String(), dst: e.Orig.Dst.String()}
+		s := state{proto: e.Proto, src: e.Orig.Src.String(), dst: e.Orig.Dst.String(), assured: e.Assured, timeout: e.Timeout}
 		if e.Proto == "tcp" {
 			s.tcp = e.State
 		}
@@ -254,9 +327,8 @@ func fpStates(es []Entry) []string {
 		if !e.SeenReply {
 			s.flags = "unreplied"
 		}
-		out = append(out, s.String())
+		out = append(out, s)
 	}
-	sort.Strings(out)
 	return out
 }
 
@@ -459,12 +531,8 @@ func TestDifferentialReopen(t *testing.T) {
 // differential runs script through r1 under nf_conntrack, then under flowplane, and compares
 // the deliveries and the final states.
 func differential(t *testing.T, script []dstep) {
-	testenv.Need(t, "nft", "conntrack")
-	l := labtest.Up(t, labtest.XDPRouter)
-	d := &diffLab{t: t, l: l}
-	d.h1, d.h2 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "4")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "4"))
-	d.h16, d.h26 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "6")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "6"))
-	d.setup()
+	d := newDiffLab(t)
+	l := d.l
 
 	// nf_conntrack.
 	labtest.Run(t, l, "r1", "sysctl", "-qw", "net.netfilter.nf_conntrack_tcp_loose=1")
@@ -478,18 +546,7 @@ func differential(t *testing.T, script []dstep) {
 	_, _ = labtest.Try(l, "r1", "conntrack", "-F")
 
 	// flowplane conntrack.
-	c := &ctLab{t: t, l: l, cfg: &Config{}}
-	c.start()
-	t.Cleanup(func() {
-		c.stop()
-		_ = nsrun.Do(l.Netns("r1"), func() error {
-			inst, err := Instance()
-			if err == nil {
-				_ = unpinInstance(inst)
-			}
-			return err
-		})
-	})
+	c := startFlowplane(t, l, &Config{})
 	for i, s := range script {
 		if got := d.send(s); got != nfDelivered[i] {
 			t.Errorf("%q: flowplane delivered=%v, nf_conntrack delivered=%v", s.name, got, nfDelivered[i])
@@ -540,12 +597,8 @@ func timeoutsDifferentialDelivery(t *testing.T, first, then []dstep, thenDeliver
 }
 
 func timeoutsRun(t *testing.T, first []dstep, wait time.Duration, then []dstep, thenDelivered bool, sysctls []string, cfg *Config) (nf, fp map[uint16]float64) {
-	testenv.Need(t, "nft", "conntrack")
-	l := labtest.Up(t, labtest.XDPRouter)
-	d := &diffLab{t: t, l: l}
-	d.h1, d.h2 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "4")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "4"))
-	d.h16, d.h26 = netip.MustParseAddr(labtest.Addr(t, l, "h1", "6")), netip.MustParseAddr(labtest.Addr(t, l, "h2", "6"))
-	d.setup()
+	d := newDiffLab(t)
+	l := d.l
 	run := func(tracker string, timeouts func() map[uint16]float64) map[uint16]float64 {
 		for _, s := range first {
 			if !d.send(s) {
@@ -586,18 +639,7 @@ func timeoutsRun(t *testing.T, first []dstep, wait time.Duration, then []dstep, 
 	labtest.Run(t, l, "r1", "nft", "delete", "table", "inet", "fpct")
 	_, _ = labtest.Try(l, "r1", "conntrack", "-F")
 
-	c := &ctLab{t: t, l: l, cfg: cfg}
-	c.start()
-	t.Cleanup(func() {
-		c.stop()
-		_ = nsrun.Do(l.Netns("r1"), func() error {
-			inst, err := Instance()
-			if err == nil {
-				_ = unpinInstance(inst)
-			}
-			return err
-		})
-	})
+	c := startFlowplane(t, l, cfg)
 	fp = run("flowplane", func() map[uint16]float64 {
 		m := map[uint16]float64{}
 		for _, e := range c.entries() {
@@ -766,4 +808,71 @@ func TestDifferentialChallengeACK(t *testing.T) {
 		tcpSeg("B: synack", "h2", 45002, "SA", 3000, 51, 0),
 		tcpSeg("B: ack", "h1", 45002, "A", 51, 3001, 0))
 	differential(t, script)
+}
+
+// minimizedCase is a disagreement the random differential (TestDifferentialRandom) found,
+// minimized and fixed.
+type minimizedCase struct {
+	name string
+	seq  []rpkt
+}
+
+func minimizedCases() []minimizedCase {
+	var cs []minimizedCase
+	// nf's stream_ts: a replied UDP flow keeps udp_unreplied (30 s) and is not assured
+	// until a packet comes more than 2 s after the first.
+	query := rpkt{from: "h1", proto: "udp", sport: 5000, dport: 53, payload: 10, wscale: -1}
+	answer := rpkt{from: "h2", proto: "udp", sport: 53, dport: 5000, payload: 10, wscale: -1}
+	late := answer
+	late.gap = 2100 * time.Millisecond
+	cs = append(cs, minimizedCase{"udp replied within 2 s", []rpkt{query, answer, answer}},
+		minimizedCase{"udp stream after 2 s", []rpkt{query, answer, late}})
+	// A picked-up connection without a reply is capped at tcp_unacknowledged; so is the
+	// first reply (nf's handler sees the status from before the packet).
+	pickup := rpkt{from: "h1", proto: "tcp", sport: 41000, dport: 80, flags: "A", seq: 1000, ack: 5000, win: 65535, wscale: -1}
+	pickupReply := rpkt{from: "h2", proto: "tcp", sport: 80, dport: 41000, flags: "A", seq: 5000, ack: 1000, win: 65535, wscale: -1}
+	cs = append(cs, minimizedCase{"pickup", []rpkt{pickup}},
+		minimizedCase{"pickup and its first reply", []rpkt{pickup, pickupReply}},
+		minimizedCase{"pickup, reply, ack", []rpkt{pickup, pickupReply, pickup}})
+	// An ICMP error must go to the quoted packet's sender: one from the sender itself
+	// (to the quoted packet's receiver) is invalid.
+	echo := rpkt{from: "h1", proto: "echo", sport: 7, seq: 1, wscale: -1}
+	echo6 := echo
+	echo6.v6 = true
+	cs = append(cs,
+		minimizedCase{"icmp error from the quoted packet's sender", []rpkt{echo, {from: "h1", proto: "icmperr", typ: 3, code: 1, quote: &echo, wscale: -1}}},
+		minimizedCase{"icmpv6 error from the quoted packet's sender", []rpkt{echo6, {from: "h1", v6: true, proto: "icmperr", typ: 1, code: 1, quote: &echo6, wscale: -1}}},
+		minimizedCase{"icmp error to the sender", []rpkt{echo, {from: "h2", proto: "icmperr", typ: 3, code: 1, quote: &echo, wscale: -1}}})
+	// nf sets td_end to an overshooting segment's end, even backwards: a second overshooting
+	// segment ending earlier makes an ACK of the first's end invalid.
+	cs = append(cs, minimizedCase{"overshooting segments set the end", []rpkt{
+		{from: "h1", proto: "tcp", sport: 25732, dport: 53, flags: "S", seq: 2745112724, win: 65535, wscale: 7},
+		{from: "h2", proto: "tcp", sport: 53, dport: 25732, flags: "SA", seq: 1847984206, ack: 2745112725, win: 502, wscale: -1},
+		{from: "h1", proto: "tcp", sport: 25732, dport: 53, flags: "PA", seq: 2745113361, ack: 1847984207, win: 65535, wscale: -1, payload: 100},
+		{from: "h1", proto: "tcp", sport: 25732, dport: 53, flags: "PA", seq: 2745113261, ack: 1847984207, win: 65535, wscale: -1, payload: 100},
+		{from: "h2", proto: "tcp", sport: 53, dport: 25732, flags: "A", seq: 1847984207, ack: 2745113461, win: 502, wscale: -1},
+	}})
+	// No plain ACK segment has passed the window check (a pickup's segments fail it): nf's
+	// last_win is still 0, which caps the timeout at tcp_retrans.
+	cs = append(cs, minimizedCase{"no window seen caps at tcp_retrans", []rpkt{
+		{from: "h1", v6: true, proto: "tcp", sport: 53, dport: 58643, flags: "PA", seq: 968517680, ack: 993, win: 502, wscale: -1, payload: 536},
+		{from: "h2", v6: true, proto: "tcp", sport: 58643, dport: 53, flags: "PA", seq: 64049, ack: 968518317, win: 65535, wscale: -1, payload: 1200},
+		{from: "h2", v6: true, proto: "tcp", sport: 58643, dport: 53, flags: "PA", seq: 1093, ack: 968518317, win: 65535, wscale: -1, payload: 1200},
+	}})
+	return cs
+}
+
+// TestDifferentialMinimized: the random differential's minimized disagreements as table
+// tests: each sequence through nf_conntrack and flowplane must give the same deliveries and
+// final states (with the assured flag and the timeout).
+func TestDifferentialMinimized(t *testing.T) {
+	t.Parallel()
+	p := newPairLab(t)
+	for _, c := range minimizedCases() {
+		if r := p.run(c.seq); !r.ok() {
+			t.Errorf("%s: nf_conntrack and flowplane disagree:\n%s", c.name, describe(c.seq, r))
+		} else {
+			t.Logf("%s: nf_conntrack and flowplane agree:\n%s", c.name, describe(c.seq, r))
+		}
+	}
 }
