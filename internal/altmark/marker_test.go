@@ -33,7 +33,7 @@ const (
 )
 
 // loadMark loads the marker for a configuration file's text (nothing attached).
-func loadMark(t *testing.T, src string) (*markerObjects, *MarkConfig) {
+func loadMark(t testing.TB, src string) (*markerObjects, *MarkConfig) {
 	t.Helper()
 	testenv.Privileged(t)
 	c, err := ParseMarkConfig("test.yaml", []byte(src))
