@@ -8,7 +8,7 @@ GO_SRC := $(shell find cmd internal -name '*.go' ! -name '*_bpfel.go' 2>/dev/nul
 # Each line of the test run's output goes to the terminal; the whole log also to this file.
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: help setup vmlinux generate check-generated build release test bench lint demo clean
+.PHONY: help setup vmlinux generate check-generated build release test bench fuzz lint demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -62,6 +62,20 @@ test: setup build check-generated release ## run every test, privileged ones inc
 
 bench: setup build ## run the benchmarks (BENCH=a,b: some); JSON under bench/results/, docs/benchmarks.md
 	@bench/run.sh
+
+# Coverage-guided fuzzing of the BPF programs (docs/architecture.md, "Fuzzing"): every Fuzz*
+# target of the packages that have one, FUZZTIME each (go test runs one target per -fuzz), with
+# FUZZPARALLEL workers. A failing input is written to the package's testdata/fuzz/<target>/ and
+# fails the run; commit it with the fix. `make test` runs the seeds and that corpus only.
+FUZZTIME ?= 30s
+FUZZPARALLEL ?= 1
+fuzz: .gen.stamp ## fuzz every BPF program for FUZZTIME each (default 30s; needs root)
+	@set -e; for pkg in $$(grep -l '^func Fuzz' $$(find internal -name '*_test.go') | xargs -n1 dirname | sort -u); do \
+		for target in $$($(GO) test -list '^Fuzz' ./$$pkg | grep '^Fuzz'); do \
+			echo "== $$target (./$$pkg, $(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) ./$$pkg; \
+		done; \
+	done
 
 lint: setup generate ## gofmt, go vet, staticcheck, clang-format
 	@test -z "$$(gofmt -l cmd internal bench scripts)" || { gofmt -l cmd internal bench scripts; echo 'gofmt: run gofmt -w on the files above'; exit 1; }
