@@ -59,14 +59,14 @@ func FuzzAltmarkProbe(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, frame []byte, pick uint8) {
-		if len(frame) < 14 { // a test run wants an Ethernet header
-			return
-		}
 		p := probes[int(pick>>1)%len(probes)]
 		in, out := p.Programs()
 		prog := in
 		if pick&1 == 1 {
 			prog = out
+		}
+		if !progrun.Accepts(prog, frame) {
+			return
 		}
 		before, err := p.Stats()
 		if err != nil {
@@ -156,10 +156,10 @@ func FuzzAltmarkMarker(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, frame []byte, pick uint8) {
-		if len(frame) < 14 {
+		m := ms[int(pick)%len(ms)]
+		if !progrun.Accepts(m.objs.AltmarkMark, frame) {
 			return
 		}
-		m := ms[int(pick)%len(ms)]
 		before := markCounts(t, m.objs)
 		l := int64(m.c.Period)
 		t0 := tai()

@@ -49,13 +49,13 @@ func FuzzLabLoss(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, frame []byte, pick uint8) {
-		if len(frame) < 14 { // a test run wants an Ethernet header
-			return
-		}
 		i := int(pick>>1) % len(objs)
 		prog, pass, drop := objs[i].LabLoss, uint32(tcActUnspec), uint32(tcActStolen)
 		if pick&1 == 1 {
 			prog, pass, drop = objs[i].LabLossXdp, xdpPass, xdpDrop
+		}
+		if !progrun.Accepts(prog, frame) {
+			return
 		}
 		before, err := stats.All(objs[i].LossStats)
 		if err != nil {

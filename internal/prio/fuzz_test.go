@@ -144,10 +144,10 @@ func FuzzPrioClassifier(f *testing.F) {
 		f.Add(fr, uint8(i))
 	}
 	f.Fuzz(func(t *testing.T, frame []byte, scheme uint8) {
-		if len(frame) < 14 { // a test run wants an Ethernet header
+		p, o := fuzzSchemes[int(scheme)%len(fuzzSchemes)], objs[int(scheme)%len(fuzzSchemes)]
+		if !progrun.Accepts(o.PrioClassify, frame) {
 			return
 		}
-		p, o := fuzzSchemes[int(scheme)%len(fuzzSchemes)], objs[int(scheme)%len(fuzzSchemes)]
 		before := make([]uint64, len(classStats))
 		for i, s := range classStats {
 			before[i] = counter(t, o, s)

@@ -44,6 +44,26 @@ func Context(prog *ebpf.Program, frame []byte, ifindex int) any {
 	return nil
 }
 
+// Accepts reports whether BPF_PROG_TEST_RUN takes frame for prog: the kernel refuses (EINVAL)
+// a frame shorter than an Ethernet header, and for a tc program an IPv4 or IPv6 frame (by its
+// EtherType) shorter than the fixed IP header, though a device may well deliver one. Fuzz
+// targets skip what it refuses.
+func Accepts(prog *ebpf.Program, frame []byte) bool {
+	if len(frame) < 14 {
+		return false
+	}
+	if t := prog.Type(); t != ebpf.SchedCLS && t != ebpf.SchedACT {
+		return true
+	}
+	switch binary.BigEndian.Uint16(frame[12:]) {
+	case 0x0800:
+		return len(frame) >= 14+20
+	case 0x86dd:
+		return len(frame) >= 14+40
+	}
+	return true
+}
+
 // Exec runs prog once on in as if it arrived on ifindex. It reports errors instead of failing a
 // test, so it can run on a thread locked into another namespace (nsrun.Do).
 func Exec(prog *ebpf.Program, in []byte, ifindex int) (Result, error) {
