@@ -63,15 +63,18 @@ test: setup build check-generated release ## run every test, privileged ones inc
 bench: setup build ## run the benchmarks (BENCH=a,b: some); JSON under bench/results/, docs/benchmarks.md
 	@bench/run.sh
 
-# Coverage-guided fuzzing of the BPF programs (docs/architecture.md, "Fuzzing"): every Fuzz*
-# target of the packages that have one, FUZZTIME each (go test runs one target per -fuzz), with
-# FUZZPARALLEL workers. A failing input is written to the package's testdata/fuzz/<target>/ and
-# fails the run; commit it with the fix. `make test` runs the seeds and that corpus only.
+# Coverage-guided fuzzing (docs/architecture.md, "Fuzzing"): every Fuzz* target under internal/
+# (the BPF programs' and the parsers') whose name matches the regexp FUZZ, FUZZTIME each (go test
+# runs one target per -fuzz), with FUZZPARALLEL workers. A failing input is written to the
+# package's testdata/fuzz/<target>/ and fails the run; commit it with the fix. `make test` runs
+# the seeds and that corpus only.
+FUZZ ?= .
 FUZZTIME ?= 30s
 FUZZPARALLEL ?= 1
-fuzz: .gen.stamp ## fuzz every BPF program for FUZZTIME each (default 30s; needs root)
+fuzz: .gen.stamp ## fuzz every target (FUZZ=regexp: some) for FUZZTIME each (default 30s; root)
 	@set -e; for pkg in $$(grep -l '^func Fuzz' $$(find internal -name '*_test.go') | xargs -n1 dirname | sort -u); do \
-		for target in $$($(GO) test -list '^Fuzz' ./$$pkg | grep '^Fuzz'); do \
+		list=$$($(GO) test -list '^Fuzz' ./$$pkg); \
+		for target in $$(echo "$$list" | grep '^Fuzz' | grep -E '$(FUZZ)'); do \
 			echo "== $$target (./$$pkg, $(FUZZTIME))"; \
 			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) ./$$pkg; \
 		done; \

@@ -19,13 +19,14 @@ import (
 	"github.com/flowplane/flowplane/bench/report"
 )
 
-// The fuzz part: every Go native fuzz target (Fuzz* in internal/*) run for FUZZTIME with
-// go test -fuzz, one target per invocation, in its package, as `make fuzz` does; what each
-// executed, the corpus it grew and what failed.
+// The fuzz part: every Go native fuzz target (Fuzz* in internal/*) whose name matches the
+// regexp FUZZ (default all), run for FUZZTIME (default 2m) with go test -fuzz, one target per
+// invocation, in its package, as `make fuzz` does; what each executed, the corpus it grew and
+// what failed.
 
 func init() { register(part{name: "fuzz", run: runFuzz}) }
 
-// fuzzPrograms names the BPF programs each target runs.
+// fuzzPrograms names the BPF programs each target runs; the other targets fuzz Go parsers.
 var fuzzPrograms = map[string]string{
 	"FuzzConntrackXDP":   "conntrack_xdp",
 	"FuzzConntrackTC":    "conntrack_tc",
@@ -55,7 +56,11 @@ func runFuzz(ctx context.Context) ([]*report.Table, any, error) {
 		return nil, nil, fmt.Errorf("FUZZTIME: %w (write e.g. 2m or 30s)", err)
 	}
 	parallel := envOr("FUZZPARALLEL", "1")
-	targets, err := fuzzTargets(ctx)
+	match, err := regexp.Compile(envOr("FUZZ", "."))
+	if err != nil {
+		return nil, nil, fmt.Errorf("FUZZ: %w (a regexp of target names)", err)
+	}
+	targets, err := fuzzTargets(ctx, match)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -75,7 +80,11 @@ func runFuzz(ctx context.Context) ([]*report.Table, any, error) {
 			"not only the absence of crashes (docs/architecture.md, \"Fuzzing\"); a failing input is kept in the package's testdata/fuzz/."},
 	}
 	for _, r := range runs {
-		t.Add(r.Target, fuzzPrograms[r.Target], strconv.FormatInt(r.Execs, 10), report.Num(r.PerSec),
+		prog := fuzzPrograms[r.Target]
+		if prog == "" {
+			prog = "— (Go: " + strings.TrimPrefix(r.Package, "./internal/") + ")"
+		}
+		t.Add(r.Target, prog, strconv.FormatInt(r.Execs, 10), report.Num(r.PerSec),
 			fmt.Sprintf("%d + %d", r.Baseline, r.Interesting), r.Failures)
 		t.Goal(report.AtMost("failures", float64(r.Failures), 0))
 		if r.Failures > 0 {
@@ -92,9 +101,9 @@ func envOr(k, def string) string {
 	return def
 }
 
-// fuzzTargets lists (package, target) for every Fuzz* function under internal/, as go test
-// -list reports them.
-func fuzzTargets(ctx context.Context) ([][2]string, error) {
+// fuzzTargets lists (package, target) for every Fuzz* function under internal/ that match
+// matches, as go test -list reports them.
+func fuzzTargets(ctx context.Context, match *regexp.Regexp) ([][2]string, error) {
 	var pkgs []string
 	err := filepath.WalkDir("internal", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
@@ -119,13 +128,13 @@ func fuzzTargets(ctx context.Context) ([][2]string, error) {
 			return nil, fmt.Errorf("go test -list ^Fuzz %s: %w", pkg, err)
 		}
 		for _, l := range strings.Fields(string(b)) {
-			if strings.HasPrefix(l, "Fuzz") {
+			if strings.HasPrefix(l, "Fuzz") && match.MatchString(l) {
 				out = append(out, [2]string{pkg, l})
 			}
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no fuzz targets under internal/")
+		return nil, fmt.Errorf("no fuzz target under internal/ matches FUZZ=%s", match)
 	}
 	return out, nil
 }
