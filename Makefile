@@ -65,18 +65,21 @@ bench: setup build ## run the benchmarks (BENCH=a,b: some); JSON under bench/res
 
 # Coverage-guided fuzzing (docs/architecture.md, "Fuzzing"): every Fuzz* target under internal/
 # (the BPF programs' and the parsers') whose name matches the regexp FUZZ, FUZZTIME each (go test
-# runs one target per -fuzz), with FUZZPARALLEL workers. A failing input is written to the
-# package's testdata/fuzz/<target>/ and fails the run; commit it with the fix. `make test` runs
-# the seeds and that corpus only.
+# runs one target per -fuzz), with FUZZPARALLEL workers, minimizing each new input for at most
+# FUZZMINIMIZETIME (go's default, 60s, would take most of a short run's time on the slower
+# targets). A failing input is written to the package's testdata/fuzz/<target>/ and fails the
+# run; commit it with the fix. `make test` runs the seeds and that corpus only.
 FUZZ ?= .
 FUZZTIME ?= 30s
 FUZZPARALLEL ?= 1
+FUZZMINIMIZETIME ?= 5s
 fuzz: .gen.stamp ## fuzz every target (FUZZ=regexp: some) for FUZZTIME each (default 30s; root)
 	@set -e; for pkg in $$(grep -l '^func Fuzz' $$(find internal -name '*_test.go') | xargs -n1 dirname | sort -u); do \
 		list=$$($(GO) test -list '^Fuzz' ./$$pkg); \
 		for target in $$(echo "$$list" | grep '^Fuzz' | grep -E '$(FUZZ)'); do \
 			echo "== $$target (./$$pkg, $(FUZZTIME))"; \
-			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) ./$$pkg; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) \
+				-fuzzminimizetime $(FUZZMINIMIZETIME) -parallel $(FUZZPARALLEL) ./$$pkg; \
 		done; \
 	done
 

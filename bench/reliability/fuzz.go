@@ -21,8 +21,8 @@ import (
 
 // The fuzz part: every Go native fuzz target (Fuzz* in internal/*) whose name matches the
 // regexp FUZZ (default all), run for FUZZTIME (default 2m) with go test -fuzz, one target per
-// invocation, in its package, as `make fuzz` does; what each executed, the corpus it grew and
-// what failed.
+// invocation, in its package, as `make fuzz` does (FUZZPARALLEL, FUZZMINIMIZETIME as there);
+// what each executed, the corpus it grew and what failed.
 
 func init() { register(part{name: "fuzz", run: runFuzz}) }
 
@@ -55,7 +55,7 @@ func runFuzz(ctx context.Context) ([]*report.Table, any, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("FUZZTIME: %w (write e.g. 2m or 30s)", err)
 	}
-	parallel := envOr("FUZZPARALLEL", "1")
+	parallel, minimize := envOr("FUZZPARALLEL", "1"), envOr("FUZZMINIMIZETIME", "5s")
 	match, err := regexp.Compile(envOr("FUZZ", "."))
 	if err != nil {
 		return nil, nil, fmt.Errorf("FUZZ: %w (a regexp of target names)", err)
@@ -67,7 +67,7 @@ func runFuzz(ctx context.Context) ([]*report.Table, any, error) {
 	var runs []fuzzRun
 	for _, tg := range targets {
 		slog.Info("fuzzing", "target", tg[1], "package", tg[0], "for", per)
-		r, err := fuzzOne(ctx, tg[0], tg[1], per, parallel)
+		r, err := fuzzOne(ctx, tg[0], tg[1], per, parallel, minimize)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -147,10 +147,10 @@ var (
 
 // fuzzOne runs one target and reads go test's progress lines. A failure is a finding, not an
 // error of the bench; an error is a run that could not happen (no build, no fuzzing lines).
-func fuzzOne(ctx context.Context, pkg, target string, per time.Duration, parallel string) (fuzzRun, error) {
+func fuzzOne(ctx context.Context, pkg, target string, per time.Duration, parallel, minimize string) (fuzzRun, error) {
 	r := fuzzRun{Target: target, Package: pkg, Seconds: per.Seconds()}
 	cmd := exec.CommandContext(ctx, "go", "test", "-run", "^$", "-fuzz", "^"+target+"$", "-fuzztime", per.String(),
-		"-parallel", parallel, pkg)
+		"-fuzzminimizetime", minimize, "-parallel", parallel, pkg)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()

@@ -68,23 +68,31 @@ func fuzzConntrack(f *testing.F, hook string) {
 	for _, c := range conversations() {
 		f.Add(c[0], c[1])
 	}
+	dirty := true // the table may hold entries: empty it before the next input
 	f.Fuzz(func(t *testing.T, inside, outside []byte) {
 		fx.t = t
-		if _, err := fx.tables.Flush(); err != nil {
-			t.Fatal(err)
+		if dirty {
+			if _, err := fx.tables.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			dirty = false
 		}
+		c := fx.counters()
+		var es []Entry // what the inside frame opened
 		if progrun.Accepts(fx.d.Program(), inside) {
-			before := fx.counters()
-			fx.check(inside, fx.in.Index, before)
-			if fx.counters()["new"] > before["new"] {
-				opened(t, inside, fx.entries())
+			before := c
+			_, c = fx.check(inside, fx.in.Index, before)
+			if c["new"] > before["new"] {
+				dirty, es = true, fx.entries()
+				opened(t, inside, es)
 			}
 		}
 		if !progrun.Accepts(fx.d.Program(), outside) {
 			return
 		}
-		es := fx.entries()
-		if ret := fx.check(outside, fx.out.Index, fx.counters()); ret == xdpRedirect {
+		ret, after := fx.check(outside, fx.out.Index, c)
+		dirty = dirty || after["new"] > c["new"]
+		if ret == xdpRedirect {
 			if why := unsolicited(fx.addressed(outside, fx.out.Index), es); why != "" {
 				t.Fatalf("outside frame forwarded: %s\ninside:  %x\noutside: %x\nentries: %+v", why, inside, outside, es)
 			}
@@ -97,8 +105,9 @@ var dropReasons = []string{"policy_drop", "table_full", "invalid_no_conn", "inva
 	"invalid_rst", "invalid_synack", "invalid_icmp", "invalid_malformed"}
 
 // check runs frame as if it arrived on ifindex and checks that it was counted once, and
-// malformed if and only if the reference reading says so. It returns the verdict (XDP's).
-func (f *fixture) check(frame []byte, ifindex int, before Counters) uint32 {
+// malformed if and only if the reference reading says so. It returns the verdict (XDP's) and
+// the counters after the run.
+func (f *fixture) check(frame []byte, ifindex int, before Counters) (uint32, Counters) {
 	t := f.t
 	t.Helper()
 	ret, _ := f.run(frame, ifindex)
@@ -129,7 +138,7 @@ func (f *fixture) check(frame []byte, ifindex int, before Counters) uint32 {
 			t.Fatalf("reference reading: malformed %v; program: verdict %d, invalid_malformed +%d\n%x", bad, ret, delta("invalid_malformed"), frame)
 		}
 	}
-	return ret
+	return ret, after
 }
 
 // tcpValidFlags are the combinations of FIN, SYN, RST, ACK and URG Linux's tcp_valid_flags
