@@ -192,23 +192,28 @@ type flow struct {
 	qsrc, qdst netip.Addr
 }
 
-// flowOf reads a frame with gopacket: ok for an unfragmented IPv4/IPv6 TCP, UDP or ICMP
-// packet whose IP length fits the frame.
+// flowOf reads a frame: the addresses from the IP header, the transport header with gopacket,
+// found as parse.h finds it (packet.ReadHeaders: extension headers skipped by their length; their
+// options are not read, where Linux's forwarding path drops a packet whose Hop-by-Hop options do
+// not parse). ok for an unfragmented IPv4/IPv6 TCP, UDP or ICMP packet whose IP length
+// fits the frame.
 func flowOf(frame []byte) (fl flow, ok bool) {
-	p := gopacket.NewPacket(frame, layers.LayerTypeEthernet, gopacket.DecodeOptions{NoCopy: true})
-	if ip, isv4 := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4); isv4 {
-		if ip.Flags&layers.IPv4MoreFragments != 0 || ip.FragOffset != 0 || int(ip.Length) > len(frame)-14 {
-			return fl, false
-		}
-		fl.src, fl.dst = netip.AddrFrom4([4]byte(ip.SrcIP.To4())), netip.AddrFrom4([4]byte(ip.DstIP.To4()))
-	} else if ip6, isv6 := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6); isv6 {
-		if p.Layer(layers.LayerTypeIPv6Fragment) != nil {
-			return fl, false
-		}
-		fl.src, fl.dst = netip.AddrFrom16([16]byte(ip6.SrcIP)), netip.AddrFrom16([16]byte(ip6.DstIP))
-	} else {
+	h := packet.ReadHeaders(frame)
+	if h.Malformed != "" || h.Family == 0 || h.Fragment || h.L4 > h.End || h.End > len(frame) {
 		return fl, false
 	}
+	ip := frame[h.L3:]
+	if h.Family == 4 {
+		fl.src, fl.dst = netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20]))
+	} else {
+		fl.src, fl.dst = netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40]))
+	}
+	l4 := map[uint8]gopacket.LayerType{6: layers.LayerTypeTCP, 17: layers.LayerTypeUDP, 1: layers.LayerTypeICMPv4,
+		58: layers.LayerTypeICMPv6}[h.Proto]
+	if l4 == 0 || h.Proto == 1 && h.Family != 4 || h.Proto == 58 && h.Family != 6 {
+		return fl, false
+	}
+	p := gopacket.NewPacket(frame[h.L4:h.End], l4, gopacket.DecodeOptions{NoCopy: true})
 	switch l := p.TransportLayer().(type) {
 	case *layers.TCP:
 		fl.proto, fl.sport, fl.dport = 6, uint16(l.SrcPort), uint16(l.DstPort)
