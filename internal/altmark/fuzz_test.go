@@ -231,14 +231,32 @@ func diff(a, b []byte) []int {
 	return at
 }
 
-// ipv4SumOK: gopacket's IPv4 layer of frame is there and its header checksum is right.
-func ipv4SumOK(frame []byte) (*layers.IPv4, bool) {
-	ip, ok := packet.Decode(frame).Layer(layers.LayerTypeIPv4).(*layers.IPv4)
-	if !ok {
-		return nil, false
+// fixedHeader is gopacket's reading of frame's fixed IP header, decoded alone: IPv4's 20 bytes
+// with IHL and total length set to match, IPv6's 40 with no next header (the marker reads no
+// IPv4 options and writes no IPv6 extension header here; gopacket would refuse malformed ones).
+// For IPv4, sumOK says whether the header checksum over the whole header is right.
+func fixedHeader(frame []byte) (ip4 *layers.IPv4, ip6 *layers.IPv6, l3 int, sumOK bool) {
+	h := packet.ReadHeaders(frame)
+	switch h.Family {
+	case 4:
+		hdr := bytes.Clone(frame[h.L3 : h.L3+20])
+		hdr[0], hdr[2], hdr[3] = 0x45, 0, 20
+		ip4 = &layers.IPv4{}
+		if ip4.DecodeFromBytes(hdr, gopacket.NilDecodeFeedback) != nil {
+			return nil, nil, h.L3, false
+		}
+		full := frame[h.L3:h.L4]
+		return ip4, nil, h.L3, ipv4Checksum(full) == binary.BigEndian.Uint16(full[10:])
+	case 6:
+		hdr := bytes.Clone(frame[h.L3 : h.L3+40])
+		hdr[6] = byte(layers.IPProtocolNoNextHeader)
+		ip6 = &layers.IPv6{}
+		if ip6.DecodeFromBytes(hdr, gopacket.NilDecodeFeedback) != nil {
+			return nil, nil, h.L3, false
+		}
+		return nil, ip6, h.L3, false
 	}
-	ihl := int(ip.IHL) * 4
-	return ip, ihl <= len(ip.Contents) && ipv4Checksum(ip.Contents[:ihl]) == ip.Checksum
+	return nil, nil, h.L3, false
 }
 
 // checkDSCP: only the ToS / traffic class byte (and the IPv4 checksum) changed, the color bit
@@ -247,31 +265,25 @@ func checkDSCP(in, out []byte, s MarkSpec, color int) string {
 	if len(out) != len(in) {
 		return fmt.Sprintf("length %d → %d", len(in), len(out))
 	}
-	p := packet.Decode(out)
+	ip4, ip6, l3, outSum := fixedHeader(out)
+	changeable := []int{l3 + 1, l3 + 10, l3 + 11} // ToS, checksum
 	var tos, was uint8
-	if ip, ok := p.Layer(layers.LayerTypeIPv4).(*layers.IPv4); ok {
-		l3 := packet.ReadHeaders(out).L3
-		for _, i := range diff(in, out) {
-			if i != l3+1 && i != l3+10 && i != l3+11 {
-				return fmt.Sprintf("byte %d changed", i)
-			}
+	switch {
+	case ip4 != nil:
+		if _, _, _, inSum := fixedHeader(in); inSum && !outSum {
+			return "the IPv4 header checksum is wrong after marking"
 		}
-		if _, inOK := ipv4SumOK(in); inOK {
-			if _, outOK := ipv4SumOK(out); !outOK {
-				return "the IPv4 header checksum is wrong after marking"
-			}
-		}
-		tos, was = ip.TOS, in[l3+1]
-	} else if ip6, ok := p.Layer(layers.LayerTypeIPv6).(*layers.IPv6); ok {
-		l3 := packet.ReadHeaders(out).L3
-		for _, i := range diff(in, out) {
-			if i != l3 && i != l3+1 {
-				return fmt.Sprintf("byte %d changed", i)
-			}
-		}
+		tos, was = ip4.TOS, in[l3+1]
+	case ip6 != nil:
+		changeable = []int{l3, l3 + 1} // the traffic class's two halves
 		tos, was = ip6.TrafficClass, uint8(binary.BigEndian.Uint16(in[l3:])>>4)
-	} else {
+	default:
 		return "gopacket finds no IP header"
+	}
+	for _, i := range diff(in, out) {
+		if !slices.Contains(changeable, i) {
+			return fmt.Sprintf("byte %d changed", i)
+		}
 	}
 	if got := int(tos&s.ColorMask) / int(s.ColorMask); got != color {
 		return fmt.Sprintf("color bit reads %d, want %d", got, color)
@@ -290,11 +302,10 @@ func checkIPv4Flag(in, out []byte, color int) string {
 	if len(out) != len(in) {
 		return fmt.Sprintf("length %d → %d", len(in), len(out))
 	}
-	ip, _ := ipv4SumOK(out)
+	ip, _, l3, outSum := fixedHeader(out)
 	if ip == nil {
 		return "gopacket finds no IPv4 header"
 	}
-	l3 := packet.ReadHeaders(out).L3
 	for _, i := range diff(in, out) {
 		if i != l3+6 && i != l3+10 && i != l3+11 {
 			return fmt.Sprintf("byte %d changed", i)
@@ -306,10 +317,8 @@ func checkIPv4Flag(in, out []byte, color int) string {
 	if (in[l3+6]^out[l3+6])&0x7f != 0 {
 		return "flags or offset changed beyond the reserved flag"
 	}
-	if _, inOK := ipv4SumOK(in); inOK {
-		if _, outOK := ipv4SumOK(out); !outOK {
-			return "the IPv4 header checksum is wrong after marking"
-		}
+	if _, _, _, inSum := fixedHeader(in); inSum && !outSum {
+		return "the IPv4 header checksum is wrong after marking"
 	}
 	return ""
 }
