@@ -75,9 +75,10 @@ func runFuzz(ctx context.Context) ([]*report.Table, any, error) {
 	}
 	t := &report.Table{
 		Title:   fmt.Sprintf("coverage-guided fuzzing: %s per target (go test -fuzz, %s worker)", per, parallel),
-		Columns: []string{"target", "program", "executions", "execs/s", "corpus (seeds + new)", "crashes / invariant failures"},
+		Columns: []string{"target", "program", "executions", "execs/s", "corpus (at start + new)", "crashes / invariant failures"},
 		Notes: []string{"Each target runs its program through BPF_PROG_TEST_RUN on fuzzer-made frames and checks invariants, " +
-			"not only the absence of crashes (docs/architecture.md, \"Fuzzing\"); a failing input is kept in the package's testdata/fuzz/."},
+			"not only the absence of crashes (docs/architecture.md, \"Fuzzing\"); a failing input is kept in the package's testdata/fuzz/. " +
+			"The corpus at start is the seeds, the committed inputs and what earlier runs kept in Go's build cache."},
 	}
 	for _, r := range runs {
 		prog := fuzzPrograms[r.Target]
