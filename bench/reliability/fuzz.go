@@ -32,7 +32,7 @@ var fuzzPrograms = map[string]string{
 	"FuzzConntrackTC":    "conntrack_tc",
 	"FuzzPrioClassifier": "prio_classify (5 schemes)",
 	"FuzzAltmarkProbe":   "altmark_probe_in/out (3 carriers)",
-	"FuzzAltmarkMarker":  "altmark_mark (4 configurations)",
+	"FuzzAltmarkMarker":  "altmark_mark (5 configurations)",
 	"FuzzLabLoss":        "lab_loss, lab_loss_xdp",
 }
 

@@ -128,9 +128,11 @@ var fuzzMarkers = []string{
 	"carrier: ipv6-altmark\nperiod: 100ms\nflowmon_id: 0x12345\nheader: hop-by-hop\nmtu: 1500\n",
 }
 
-// Indexes of markCounterNames.
+// The marker's counters, as indexes; from MARK_NOT_IP on, the reasons a packet is left unmarked.
 const (
-	mSeen, mColor0, mColor1, mInserted, mUpdated, mMarked, mFirstUnmarked = 0, 1, 2, 4, 5, 7, 8
+	mSeen, mColor0, mColor1 = int(markerMarkReasonMARK_SEEN), int(markerMarkReasonMARK_COLOR0), int(markerMarkReasonMARK_COLOR1)
+	mInserted, mUpdated     = int(markerMarkReasonMARK_INSERTED), int(markerMarkReasonMARK_UPDATED)
+	mMarked, mFirstUnmarked = int(markerMarkReasonMARK_MARKED), int(markerMarkReasonMARK_NOT_IP)
 )
 
 // FuzzAltmarkMarker runs the marker of the configuration the input picks. The verdict is
