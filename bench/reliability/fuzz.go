@@ -183,9 +183,23 @@ func fuzzOne(ctx context.Context, pkg, target string, per time.Duration, paralle
 		if !sawFuzzing && r.Input == "" {
 			return r, fmt.Errorf("%s %s: %w\n%s", pkg, target, runErr, out.String())
 		}
-		r.Failures = 1 // go test -fuzz stops at the first failing input
+		r.Failures = 1       // go test -fuzz stops at the first failing input
+		if r.Message == "" { // no test failure: the fuzzing process failed; its last words
+			r.Message = lastLines(out.String(), 3)
+		}
 		slog.Warn("fuzz target failed", "target", target, "input", r.Input, "msg", r.Message)
 	}
 	r.PerSec = float64(r.Execs) / min(per, elapsed).Seconds()
 	return r, nil
+}
+
+// lastLines is the last n non-empty lines of s, joined by " / ".
+func lastLines(s string, n int) string {
+	var ls []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "fuzz: elapsed") {
+			ls = append(ls, l)
+		}
+	}
+	return strings.Join(ls[max(0, len(ls)-n):], " / ")
 }
