@@ -8,7 +8,7 @@ GO_SRC := $(shell find cmd internal -name '*.go' ! -name '*_bpfel.go' 2>/dev/nul
 # Each line of the test run's output goes to the terminal; the whole log also to this file.
 TEST_FLAGS ?= -count=1 -timeout 40m
 
-.PHONY: help setup vmlinux generate check-generated build release test bench difftest lint demo clean
+.PHONY: help setup vmlinux generate check-generated build release test bench difftest fuzz lint demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -71,6 +71,26 @@ difftest: build ## conntrack against nf_conntrack on random conversations for DI
 	@mkdir -p bin
 	DIFFTIME=$(DIFFTIME) DIFFSEED=$(DIFFSEED) DIFFJSON=$(CURDIR)/bin/difftest.json \
 		$(GO) test -count=1 -v -timeout 0 -run '^TestDifferentialRandom$$' ./internal/conntrack
+
+# Coverage-guided fuzzing (docs/architecture.md, "Fuzzing"): every Fuzz* target under internal/
+# (the BPF programs' and the parsers') whose name matches the regexp FUZZ, FUZZTIME each (go test
+# runs one target per -fuzz), with FUZZPARALLEL workers, minimizing each new input for at most
+# FUZZMINIMIZETIME (go's default, 60s, would take most of a short run's time on the slower
+# targets). A failing input is written to the package's testdata/fuzz/<target>/ and fails the
+# run; commit it with the fix. `make test` runs the seeds and that corpus only.
+FUZZ ?= .
+FUZZTIME ?= 30s
+FUZZPARALLEL ?= 1
+FUZZMINIMIZETIME ?= 5s
+fuzz: .gen.stamp ## fuzz every target (FUZZ=regexp: some) for FUZZTIME each (default 30s; root)
+	@set -e; for pkg in $$(grep -l '^func Fuzz' $$(find internal -name '*_test.go') | xargs -n1 dirname | sort -u); do \
+		list=$$($(GO) test -list '^Fuzz' ./$$pkg); \
+		for target in $$(echo "$$list" | grep '^Fuzz' | grep -E '$(FUZZ)'); do \
+			echo "== $$target (./$$pkg, $(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) \
+				-fuzzminimizetime $(FUZZMINIMIZETIME) -parallel $(FUZZPARALLEL) ./$$pkg; \
+		done; \
+	done
 
 lint: setup generate ## gofmt, go vet, staticcheck, clang-format
 	@test -z "$$(gofmt -l cmd internal bench scripts)" || { gofmt -l cmd internal bench scripts; echo 'gofmt: run gofmt -w on the files above'; exit 1; }

@@ -211,6 +211,31 @@ static __always_inline enum mark_reason insert_altmark(struct __sk_buff *skb, __
 	return MARK_INSERTED;
 }
 
+/* opts_rest_ok: the option TLVs after the AltMark option carrier.h found, to the end of the
+ * extension header holding it, parse (RFC 8200 4.2), so the marker writes into a header only if
+ * all of it does (carrier.h stops at the AltMark option). At most AM_TLV_MAX more options; the
+ * step as in am_find_opt. Reads with bpf_skb_load_bytes: offsets, no packet pointers. */
+static __always_inline int opts_rest_ok(struct __sk_buff *skb, const struct am_pkt *p)
+{
+	__u32 off = p->opt_off + AM_OPT_SIZE, hend;
+	__u8 b[2];
+
+	if (bpf_skb_load_bytes(skb, p->ext_off + 1, b, 1))
+		return 0;
+	hend = p->ext_off + ((__u32)b[0] + 1) * 8;
+#pragma unroll
+	for (int i = 0; i < AM_TLV_MAX; i++) {
+		if (off >= hend)
+			return off == hend;
+		if (off + 1 == hend) /* the last byte: only a Pad1 fits */
+			return !bpf_skb_load_bytes(skb, off, b, 1) && b[0] == AM_OPT_PAD1;
+		if (bpf_skb_load_bytes(skb, off, b, 2))
+			return 0;
+		off += 1 + ((b[0] + 0xff) >> 8) * (1 + b[1]); /* Pad1: 1, others: 2 + length */
+	}
+	return off == hend;
+}
+
 static __always_inline int unmarked(enum mark_reason why)
 {
 	fp_count(&mark_stats, why);
@@ -342,7 +367,8 @@ int altmark_mark(struct __sk_buff *skb)
 		if (p.opt) {
 			/* where carrier.h finds it: first extension header, or a Destination
 			 * Options header right after a Hop-by-Hop one */
-			if (bpf_skb_store_bytes(skb, p.opt_off + 2, &be, 4, 0))
+			if (!opts_rest_ok(skb, &p) ||
+			    bpf_skb_store_bytes(skb, p.opt_off + 2, &be, 4, 0))
 				return unmarked(MARK_MALFORMED);
 			fp_count(&mark_stats, MARK_UPDATED);
 		} else {

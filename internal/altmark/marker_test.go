@@ -33,7 +33,7 @@ const (
 )
 
 // loadMark loads the marker for a configuration file's text (nothing attached).
-func loadMark(t *testing.T, src string) (*markerObjects, *MarkConfig) {
+func loadMark(t testing.TB, src string) (*markerObjects, *MarkConfig) {
 	t.Helper()
 	testenv.Privileged(t)
 	c, err := ParseMarkConfig("test.yaml", []byte(src))
@@ -405,6 +405,8 @@ func TestMarkPassedUnchanged(t *testing.T) {
 		{"udp header truncated", "carrier: ipv6-altmark", patch(v6[:eth+40+4], eth+4, 0, 4), markerMarkReasonMARK_MALFORMED},
 		{"altmark option of length 2", "carrier: ipv6-altmark",
 			packet.IP(src6, dst6).IPv6Ext(layers.IPProtocolIPv6Destination, []byte{0x12, 2, 0, 0}).UDP(1, 2).Bytes(), markerMarkReasonMARK_MALFORMED},
+		{"option after altmark overruns its header", "carrier: ipv6-altmark",
+			packet.IP(src6, dst6).IPv6Ext(layers.IPProtocolIPv6Destination, append(altmarkOpt(5, true, false), 0x1e, 9)).UDP(1, 2).Bytes(), markerMarkReasonMARK_MALFORMED},
 		{"option overruns its header", "carrier: ipv6-altmark",
 			packet.IP(src6, dst6).IPv6Ext(layers.IPProtocolIPv6Destination, []byte{0x1e, 9, 0, 0}).UDP(1, 2).Bytes(), markerMarkReasonMARK_MALFORMED},
 		{"extension header beyond the payload", "carrier: ipv6-altmark",

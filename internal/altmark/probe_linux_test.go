@@ -31,7 +31,7 @@ func testSpec() ProbeSpec {
 		DSCPBits: [2]uint8{0, 1}, HashBits: 8, NMax: 1000}
 }
 
-func loadTestProbe(t *testing.T, s ProbeSpec, sampling bool) *Probe {
+func loadTestProbe(t testing.TB, s ProbeSpec, sampling bool) *Probe {
 	t.Helper()
 	testenv.Privileged(t)
 	p, err := LoadProbe(s, sampling)

@@ -23,13 +23,13 @@ const (
 )
 
 // classifier loads the program for a policy (nothing attached).
-func classifier(t *testing.T, p *RouterPolicy) *classifierObjects {
+func classifier(t testing.TB, p *RouterPolicy) *classifierObjects {
 	t.Helper()
 	return classifierWith(t, p, cacheSlots)
 }
 
 // classifierWith is classifier with slots flow cache slots per CPU (0: none).
-func classifierWith(t *testing.T, p *RouterPolicy, slots uint32) *classifierObjects {
+func classifierWith(t testing.TB, p *RouterPolicy, slots uint32) *classifierObjects {
 	t.Helper()
 	testenv.Privileged(t)
 	if p.Trust == nil {
@@ -93,7 +93,7 @@ func cpus(t *testing.T) []int {
 
 func class(band, leaf int) uint32 { return ClassID(Major, band, leaf) }
 
-func counter(t *testing.T, objs *classifierObjects, s classifierPrioStat) uint64 {
+func counter(t testing.TB, objs *classifierObjects, s classifierPrioStat) uint64 {
 	t.Helper()
 	n, err := stats.Sum(objs.PrioStats, uint32(s))
 	if err != nil {

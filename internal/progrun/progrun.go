@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -42,6 +43,31 @@ func Context(prog *ebpf.Program, frame []byte, ifindex int) any {
 		}
 	}
 	return nil
+}
+
+// Accepts reports whether BPF_PROG_TEST_RUN takes frame for prog: the kernel refuses (EINVAL)
+// a frame shorter than an Ethernet header, and for a tc program a frame that does not fit one
+// page's linear skb data, or an IPv4 or IPv6 frame (by its EtherType) shorter than the fixed IP
+// header, though a device may well deliver one. Fuzz targets skip what it refuses.
+func Accepts(prog *ebpf.Program, frame []byte) bool {
+	if len(frame) < 14 {
+		return false
+	}
+	if t := prog.Type(); t != ebpf.SchedCLS && t != ebpf.SchedACT {
+		return true
+	}
+	// The page less the skb's headroom (NET_SKB_PAD) and struct skb_shared_info (320 bytes on
+	// 64-bit).
+	if len(frame) > os.Getpagesize()-64-320 {
+		return false
+	}
+	switch binary.BigEndian.Uint16(frame[12:]) {
+	case 0x0800:
+		return len(frame) >= 14+20
+	case 0x86dd:
+		return len(frame) >= 14+40
+	}
+	return true
 }
 
 // Exec runs prog once on in as if it arrived on ifindex. It reports errors instead of failing a
