@@ -262,7 +262,7 @@ func TestAPIUnderLoad(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	res := LoadAPI(ctx, "http://"+ln.Addr().String(), strings.Repeat("t", minTokenLen), 50, 100*time.Millisecond)
+	res := Load{Base: "http://" + ln.Addr().String(), Token: strings.Repeat("t", minTokenLen), Clients: 50, Interval: 100 * time.Millisecond}.Run(ctx)
 	st := r.Status()
 	t.Logf("%d requests by %d clients in %v: %d errors, p50 %v, p99 %v, max %v; %d periods written, %d skipped",
 		res.Requests, res.Clients, d, res.Errors, res.P50, res.P99, res.Max, st.PeriodsWritten, st.PeriodsSkipped)

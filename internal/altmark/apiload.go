@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -31,13 +32,21 @@ var loadPaths = []string{"/status", "/periods", "", "/metrics", "/config"}
 // maxLatencies bounds the latencies kept for the percentiles (a uniform sample of them all).
 const maxLatencies = 100_000
 
-// LoadAPI runs clients against the API at base (http://host:port) until ctx ends, each sending
-// a request every interval; token, when set, is sent as the bearer token. It closes the
-// clients' connections before it returns.
-func LoadAPI(ctx context.Context, base, token string, clients int, interval time.Duration) LoadResult {
+// Load is a load run against the API.
+type Load struct {
+	Base     string        // http://host:port
+	Token    string        // sent as the bearer token when set
+	Clients  int           // each with a connection of its own
+	Interval time.Duration // between one client's requests
+	// Dial, when set, opens the clients' connections (another network namespace).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Run sends the requests until ctx ends, and closes the clients' connections before it returns.
+func (ld Load) Run(ctx context.Context) LoadResult {
 	var (
 		mu   sync.Mutex
-		res  = LoadResult{Clients: clients}
+		res  = LoadResult{Clients: ld.Clients}
 		lats []time.Duration
 		seen int64
 	)
@@ -61,14 +70,14 @@ func LoadAPI(ctx context.Context, base, token string, clients int, interval time
 		}
 	}
 	var wg sync.WaitGroup
-	for c := range clients {
+	for c := range ld.Clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tr := &http.Transport{MaxIdleConnsPerHost: 1}
+			tr := &http.Transport{MaxIdleConnsPerHost: 1, DialContext: ld.Dial}
 			defer tr.CloseIdleConnections()
 			cl := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-			tick := time.NewTicker(interval)
+			tick := time.NewTicker(ld.Interval)
 			defer tick.Stop()
 			latest := ""
 			for i := c; ; i++ {
@@ -85,7 +94,7 @@ func LoadAPI(ctx context.Context, base, token string, clients int, interval time
 					path = "/periods/" + latest
 				}
 				start := time.Now()
-				body, err := loadGet(ctx, cl, base+path, token)
+				body, err := loadGet(ctx, cl, ld.Base+path, ld.Token)
 				if ctx.Err() != nil {
 					return
 				}
