@@ -124,10 +124,10 @@ func procStat(pid int) (procFigures, error) {
 func mib(kib int64) string { return fmt.Sprintf("%.1f MiB", float64(kib)/1024) }
 
 // mapEntries counts the entries of every map pinned under flowplane's bpffs directory whose
-// path holds one of the tokens (a lab's name, a namespace's pin name, an instance name). Arrays
-// are left out: every index of an array is an entry.
-func mapEntries(tokens []string) (map[string]int, error) {
-	out := map[string]int{}
+// path holds one of the tokens (a lab's name, a namespace's pin name, an instance name), with
+// its size: entries, max entries by path. Arrays are left out: every index is an entry.
+func mapEntries(tokens []string) (map[string][2]int, error) {
+	out := map[string][2]int{}
 	root := pin.Path()
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -154,7 +154,7 @@ func mapEntries(tokens []string) (map[string]int, error) {
 		if err != nil {
 			return fmt.Errorf("%s: %w", rel, err)
 		}
-		out[rel] = n
+		out[rel] = [2]int{n, int(m.MaxEntries())}
 		return nil
 	})
 	return out, err

@@ -1,0 +1,379 @@
+package main
+
+// The soak part: `make demo`'s lab (examples/demo.yaml: h1 — r1 — h2, the r1—h2 link at
+// 1 Gbit/s losing 1 %) with every subsystem attached at once — conntrack run on r1 (tcx, so
+// the others see its traffic), prio router on r1's interface towards h1, a tune policy on h1's
+// senders, altmark mark on h1 and altmark probe run on r1 — and iperf3 both ways for SOAK_TIME
+// (default 30m). It reports the flowplane processes' memory, open files and threads and every
+// pinned map's entries at start and end.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/flowplane/flowplane/bench/report"
+	"github.com/flowplane/flowplane/internal/cgroup"
+	"github.com/flowplane/flowplane/internal/lab"
+)
+
+func init() { register(part{name: "soak", run: soak}) }
+
+const (
+	soakProbeAddr = "127.0.0.1:19465" // in r1's namespace
+	soakIperfPort = "5401"
+	soakIperfRun  = 20 // seconds per iperf3 run; runs follow each other, every other one -R
+)
+
+// soakFigures are the part's raw figures.
+type soakFigures struct {
+	Duration   string                    `json:"duration"`
+	Procs      map[string][2]procFigures `json:"processes"`   // start, end
+	Maps       map[string][3]int         `json:"map_entries"` // start, end, max entries
+	RunsOK     int                       `json:"iperf_runs_ok"`
+	RunsFailed int                       `json:"iperf_runs_failed"`
+	FirstFail  string                    `json:"first_failure,omitempty"`
+	Bytes      float64                   `json:"bytes_received"`
+	Probe      map[string]any            `json:"probe_status"`
+	Exits      map[string]string         `json:"exits"` // process: its exit after SIGTERM
+}
+
+// soakProc is a flowplane process the soak keeps running.
+type soakProc struct {
+	name string
+	cmd  *lab.NodeCmd
+	log  string
+}
+
+func soak(ctx context.Context) ([]*report.Table, any, error) {
+	d, err := envDuration("SOAK_TIME", 30*time.Minute)
+	if err != nil {
+		return nil, nil, err
+	}
+	bin, err := flowplaneBin()
+	if err != nil {
+		return nil, nil, err
+	}
+	yaml, err := os.ReadFile("examples/demo.yaml")
+	if err != nil {
+		return nil, nil, err
+	}
+	l, down, err := faultLab("soak", "examples/demo.yaml", yaml)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer down()
+	dir, err := os.MkdirTemp("", "fp-reliability-soak-")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	fp := func(node string, args ...string) error {
+		c, err := l.Command(context.Background(), node, bin, args...)
+		if err != nil {
+			return err
+		}
+		if out, err := c.CombinedOutput(); err != nil {
+			return fmt.Errorf("flowplane %v on %s: %w: %s", args, node, err, out)
+		}
+		return nil
+	}
+	var devs struct{ r1in, r1out, h1 string }
+	for _, x := range []struct {
+		to         *string
+		node, peer string
+	}{{&devs.r1in, "r1", "h1"}, {&devs.r1out, "r1", "h2"}, {&devs.h1, "h1", "r1"}} {
+		if *x.to, err = labDevice(l, x.node, x.peer); err != nil {
+			return nil, nil, err
+		}
+	}
+	h2, err := labIface(l, "h2", "r1")
+	if err != nil {
+		return nil, nil, err
+	}
+
+	// The long-running processes, stopped by SIGTERM at the end (killed if the part fails).
+	var procs []*soakProc
+	start := func(name, node string, args ...string) error {
+		c, err := l.Command(context.Background(), node, bin, args...)
+		if err != nil {
+			return err
+		}
+		p := &soakProc{name: name, cmd: c, log: filepath.Join(dir, name+".log")}
+		f, err := os.Create(p.log)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		c.Stdout, c.Stderr = f, f
+		if err := c.Start(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		procs = append(procs, p)
+		return nil
+	}
+	defer func() {
+		for _, p := range procs {
+			if p.cmd.ProcessState == nil {
+				_ = p.cmd.Process.Kill()
+				_ = p.cmd.Wait()
+			}
+		}
+	}()
+
+	// conntrack at tcx ingress (not XDP: redirected packets would bypass the others' hooks).
+	if err := start("conntrack run", "r1", "conntrack", "run", "--inside", devs.r1in, "--outside", devs.r1out, "--hook", "tc"); err != nil {
+		return nil, nil, err
+	}
+	if err := waitFor(60*time.Second, "conntrack run attached", func() bool {
+		c, err := l.Command(context.Background(), "r1", bin, "conntrack", "status")
+		if err != nil {
+			return false
+		}
+		out, _ := c.Output()
+		return strings.Contains(string(out), "\ninterface") || strings.HasPrefix(string(out), "interface")
+	}); err != nil {
+		return nil, nil, err
+	}
+	// prio router towards h1 (the r1—h2 link has the lab's own HTB): iperf3 -R runs fill it.
+	if err := fp("r1", "prio", "router", "apply", "--dev", devs.r1in, "--rate", "500mbit", "--config", "examples/prio-router.yaml"); err != nil {
+		return nil, nil, err
+	}
+	defer fp("r1", "prio", "router", "remove", "--dev", devs.r1in)
+	// tune on a cgroup of its own, which h1's iperf3 clients join (tune exec).
+	root, err := cgroup.Mount()
+	if err != nil {
+		return nil, nil, err
+	}
+	cg := filepath.Join(root, "fp"+l.Name())
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err := cgroup.Remove(cg); err != nil {
+			slog.Error("soak: remove the cgroup", "cgroup", cg, "err", err)
+		}
+	}()
+	tuneName := "fp" + l.Name()
+	if err := fp("h1", "tune", "--name", tuneName, "apply", "--cgroup", cg, "--config", "examples/tune-dc.yaml"); err != nil {
+		return nil, nil, err
+	}
+	defer fp("h1", "tune", "--name", tuneName, "remove")
+	// altmark: the marker on h1's egress, the probe on both of r1's interfaces.
+	markCfg, probeCfg := filepath.Join(dir, "mark.yaml"), filepath.Join(dir, "probe.yaml")
+	if err := os.WriteFile(markCfg, []byte("period: 1s\ncarrier: dscp\n"), 0o644); err != nil {
+		return nil, nil, err
+	}
+	if err := os.WriteFile(probeCfg, []byte(fmt.Sprintf("probe_id: r1\ninterfaces: [{name: %s, direction: both}, {name: %s, direction: both}]\nperiod: 1s\ncarrier: dscp\ndata_dir: %s/data\n",
+		devs.r1in, devs.r1out, dir)), 0o644); err != nil {
+		return nil, nil, err
+	}
+	if err := fp("h1", "altmark", "mark", "apply", "--dev", devs.h1, "--config", markCfg); err != nil {
+		return nil, nil, err
+	}
+	defer fp("h1", "altmark", "mark", "remove", "--dev", devs.h1)
+	if err := start("altmark probe run", "r1", "altmark", "probe", "run", "--config", probeCfg, "--listen", soakProbeAddr); err != nil {
+		return nil, nil, err
+	}
+
+	if err := waitFor(60*time.Second, "altmark probe run answering", func() bool { _, err := probeStatus(l, soakProbeAddr); return err == nil }); err != nil {
+		return nil, nil, err
+	}
+
+	// Traffic: an iperf3 server on h2; h1's clients run one after the other, in the tuned
+	// cgroup, every other one reversed (h2 sends, through prio's bottleneck).
+	srv, err := l.Command(ctx, "h2", "iperf3", "-s", "-p", soakIperfPort)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := srv.Start(); err != nil {
+		return nil, nil, fmt.Errorf("iperf3 server: %w", err)
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	time.Sleep(time.Second)
+	fig := soakFigures{Duration: d.String(), Procs: map[string][2]procFigures{}, Maps: map[string][3]int{}, Exits: map[string]string{}}
+	tctx, stopTraffic := context.WithTimeout(ctx, d)
+	defer stopTraffic()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; tctx.Err() == nil; i++ {
+			args := []string{"tune", "--name", tuneName, "exec", "--", "iperf3", "-c", h2.IPv4.Addr().String(), "-p", soakIperfPort,
+				"-t", fmt.Sprint(soakIperfRun), "-b", "100M", "-P", "2", "-J"}
+			if i%2 == 1 {
+				args = append(args, "-R")
+			}
+			c, err := l.Command(context.Background(), "h1", bin, args...)
+			if err != nil {
+				return
+			}
+			out, err := c.Output()
+			var r struct {
+				End struct {
+					SumReceived struct {
+						Bytes float64 `json:"bytes"`
+					} `json:"sum_received"`
+				} `json:"end"`
+				Error string `json:"error"`
+			}
+			_ = json.Unmarshal(out, &r)
+			mu.Lock()
+			if err != nil || r.Error != "" || r.End.SumReceived.Bytes == 0 {
+				fig.RunsFailed++
+				if fig.FirstFail == "" {
+					fig.FirstFail = fmt.Sprintf("run %d: %v %s", i, err, r.Error)
+				}
+				mu.Unlock()
+				time.Sleep(time.Second) // the server may be finishing the last test
+				continue
+			}
+			fig.RunsOK++
+			fig.Bytes += r.End.SumReceived.Bytes
+			mu.Unlock()
+		}
+	}()
+
+	tokens := []string{l.Name(), tuneName}
+	for _, n := range []string{"h1", "r1", "h2"} {
+		ns, err := netnsPin(l, n)
+		if err != nil {
+			return nil, nil, err
+		}
+		tokens = append(tokens, ns)
+	}
+	measure := func(at int) error {
+		for _, p := range procs {
+			s, err := procStat(p.cmd.Process.Pid)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			v := fig.Procs[p.name]
+			v[at] = s
+			fig.Procs[p.name] = v
+		}
+		m, err := mapEntries(tokens)
+		if err != nil {
+			return err
+		}
+		for k, n := range m {
+			v := fig.Maps[k]
+			v[at], v[2] = n[0], n[1]
+			fig.Maps[k] = v
+		}
+		return nil
+	}
+	slog.Info("soak: every subsystem attached, traffic running", "lab", l.Name(), "for", d)
+	time.Sleep(min(15*time.Second, d/4)) // the first connections are up, the tables filled
+	if err := measure(0); err != nil {
+		return nil, nil, err
+	}
+	<-tctx.Done()
+	if err := measure(1); err != nil {
+		return nil, nil, err
+	}
+	wg.Wait()
+	fig.Probe, err = probeStatus(l, soakProbeAddr)
+	if err != nil {
+		slog.Error("soak: the probe's status", "err", err)
+	}
+	for _, p := range procs {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		err := p.cmd.Wait()
+		fig.Exits[p.name] = "0"
+		if err != nil {
+			log, _ := os.ReadFile(p.log)
+			fig.Exits[p.name] = fmt.Sprintf("%v: %s", err, tail(log, 300))
+		}
+	}
+	return soakTables(fig), fig, nil
+}
+
+// probeStatus is GET /status of the altmark probe listening on addr in r1's namespace.
+func probeStatus(l *lab.Lab, addr string) (map[string]any, error) {
+	cl := &http.Client{Transport: &http.Transport{DialContext: dialIn(l.Netns("r1"))}, Timeout: 10 * time.Second}
+	defer cl.CloseIdleConnections()
+	resp, err := cl.Get("http://" + addr + "/status")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var st map[string]any
+	if err := json.Unmarshal(body, &st); err != nil {
+		return nil, fmt.Errorf("GET /status: %s: %s", resp.Status, body)
+	}
+	return st, nil
+}
+
+// waitFor polls cond every 200 ms for at most d.
+func waitFor(d time.Duration, what string, cond func() bool) error {
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("soak: %s: not after %v", what, d)
+		}
+	}
+	return nil
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+func soakTables(f soakFigures) []*report.Table {
+	procs := &report.Table{
+		Title:   fmt.Sprintf("soak: the flowplane processes over %s", f.Duration),
+		Columns: []string{"process", "RSS start", "RSS end", "open files start", "open files end", "threads start", "threads end", "exit after SIGTERM"},
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.Procs)) {
+		v := f.Procs[name]
+		procs.Rows = append(procs.Rows, []string{name, mib(v[0].RSSKiB), mib(v[1].RSSKiB), fmt.Sprint(v[0].FDs), fmt.Sprint(v[1].FDs),
+			fmt.Sprint(v[0].Threads), fmt.Sprint(v[1].Threads), f.Exits[name]})
+		procs.Goals = append(procs.Goals, []report.Goal{
+			report.AtMost("RSS end / start", float64(v[1].RSSKiB)/float64(max(v[0].RSSKiB, 1)), 1.25),
+			report.Check("open files", "end = start", v[0].FDs == v[1].FDs),
+		})
+	}
+	mapsT := &report.Table{
+		Title:   "soak: entries of the pinned maps (hash, LRU and LPM maps; arrays are full by definition)",
+		Columns: []string{"map", "start", "end", "max entries"},
+		Notes:   []string{"Pins under /sys/fs/bpf/flowplane/: conntrack/ the connection table, prio/ the router's flow table (LRU: a flow stays until evicted, so it grows with the connections opened, up to its size), altmark-mark/ the marker's per-flow table (unused with dscp and no double marking), tune/ the policy's rules. The lab's loss maps are arrays; the probe's maps are not pinned (its programs go with its process)."},
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.Maps)) {
+		v := f.Maps[name]
+		mapsT.Rows = append(mapsT.Rows, []string{"`" + name + "`", fmt.Sprint(v[0]), fmt.Sprint(v[1]), fmt.Sprint(v[2])})
+	}
+	st := func(k string) string {
+		if v, ok := f.Probe[k]; ok {
+			return fmt.Sprint(v)
+		}
+		return "—"
+	}
+	traffic := &report.Table{
+		Title:   "soak: traffic and records",
+		Columns: []string{"iperf3 runs completed", "failed", "GB received", "altmark periods written", "skipped", "write errors"},
+		Rows: [][]string{{fmt.Sprint(f.RunsOK), fmt.Sprint(f.RunsFailed), fmt.Sprintf("%.1f", f.Bytes/1e9),
+			st("periods_written"), st("periods_skipped"), st("write_errors")}},
+		Goals: [][]report.Goal{{report.Check("failed iperf3 runs", "0", f.RunsFailed == 0 && f.RunsOK > 0)}},
+		Notes: []string{fmt.Sprintf("`make demo`'s lab with conntrack run (tcx) and altmark probe run on r1, prio router (500 Mbit/s, examples/prio-router.yaml) on r1 towards h1, tune (examples/tune-dc.yaml) on h1's clients and altmark mark on h1; iperf3 runs of %d s, 2 streams of 100 Mbit/s, every other one reversed.", soakIperfRun)},
+	}
+	if f.FirstFail != "" {
+		traffic.Notes = append(traffic.Notes, "first failed run: "+f.FirstFail)
+	}
+	return []*report.Table{procs, mapsT, traffic}
+}
