@@ -87,16 +87,19 @@ func TestLabKilledProbeRestarts(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = probe.Process.Kill() })
-		// Three records of this run (one of them an odd period, with pings), then a kill
-		// i·47 ms into a period.
-		exited := false
-		waitFor(t, func() bool {
-			ps, _ := s.Periods()
-			exited = probeExited(probe)
-			return exited || len(ps) > 0 && ps[max(len(ps)-3, 0)] > lastBefore
-		})
-		if exited {
-			t.Fatalf("run %d: the probe exited: %s", i, log())
+		// Three records of this run (one of them an odd period, with pings), then a kill. (A
+		// minute for them: a loaded machine can take long to start a process and load its
+		// programs.)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+			if ps, _ := s.Periods(); len(ps) > 0 && ps[max(len(ps)-3, 0)] > lastBefore {
+				break
+			}
+			if probeExited(probe) {
+				t.Fatalf("run %d: the probe exited: %s", i, log())
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("run %d: not 3 records in a minute: %s", i, log())
+			}
 		}
 		ps, _ := s.Periods()
 		if i > 0 {

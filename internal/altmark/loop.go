@@ -53,15 +53,13 @@ type Status struct {
 	LastPeriod     *int64 `json:"last_period,omitempty"`  // the latest period written
 	PeriodsWritten int64  `json:"periods_written"`        // in this run
 	PeriodsSkipped int64  `json:"periods_skipped"`        // whole periods without a record, in this run
-	// The whole periods between the last record on disk and FirstPeriod: the probe was not
-	// running (stopped, crashed), so they have no record. Absent when there is no such gap.
-	GapFirst      *int64 `json:"gap_first,omitempty"`
-	GapLast       *int64 `json:"gap_last,omitempty"`
-	PendingWrites int    `json:"pending_writes"` // read, not yet written
-	WriteErrors   int64  `json:"write_errors"`
-	ExportErrors  int64  `json:"export_errors"`
-	LastError     string `json:"last_error,omitempty"`
-	LastErrorAt   int64  `json:"last_error_tai_ns,omitempty"`
+	GapFirst       *int64 `json:"gap_first,omitempty"`    // the first whole period after the last record on disk, when the probe was not running
+	GapLast        *int64 `json:"gap_last,omitempty"`     // the last one without a record before FirstPeriod
+	PendingWrites  int    `json:"pending_writes"`         // read, not yet written
+	WriteErrors    int64  `json:"write_errors"`
+	ExportErrors   int64  `json:"export_errors"`
+	LastError      string `json:"last_error,omitempty"`
+	LastErrorAt    int64  `json:"last_error_tai_ns,omitempty"`
 }
 
 // Errors of Start, Stop and SetConfig.
