@@ -33,12 +33,15 @@ func init() { register(part{name: "soak", run: soak}) }
 const (
 	soakProbeAddr = "127.0.0.1:19465" // in r1's namespace
 	soakIperfPort = "5401"
-	soakIperfRun  = 20 // seconds per iperf3 run; runs follow each other, every other one -R
+	soakIperfRun  = 20 * time.Second // per iperf3 run (at most half the soak); runs follow each other, every other one -R
+	soakRate      = "100M"           // per stream, 2 streams
 )
 
 // soakFigures are the part's raw figures.
 type soakFigures struct {
 	Duration   string                    `json:"duration"`
+	IperfRun   string                    `json:"iperf_run"`
+	Rate       string                    `json:"rate"`        // iperf3 -b, per stream
 	Procs      map[string][2]procFigures `json:"processes"`   // start, end
 	Maps       map[string][3]int         `json:"map_entries"` // start, end, max entries
 	RunsOK     int                       `json:"iperf_runs_ok"`
@@ -61,22 +64,31 @@ func soak(ctx context.Context) ([]*report.Table, any, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	bin, err := flowplaneBin()
+	fig, err := runSoak(ctx, d, soakRate)
 	if err != nil {
 		return nil, nil, err
+	}
+	return soakTables(fig), fig, nil
+}
+
+// runSoak is the soak for d, each iperf3 stream at rate (iperf3's -b).
+func runSoak(ctx context.Context, d time.Duration, rate string) (fig soakFigures, err error) {
+	bin, err := flowplaneBin()
+	if err != nil {
+		return fig, err
 	}
 	yaml, err := os.ReadFile("examples/demo.yaml")
 	if err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	l, down, err := faultLab("soak", "examples/demo.yaml", yaml)
 	if err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	defer down()
 	dir, err := os.MkdirTemp("", "fp-reliability-soak-")
 	if err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	defer os.RemoveAll(dir)
 	fp := func(node string, args ...string) error {
@@ -95,12 +107,12 @@ func soak(ctx context.Context) ([]*report.Table, any, error) {
 		node, peer string
 	}{{&devs.r1in, "r1", "h1"}, {&devs.r1out, "r1", "h2"}, {&devs.h1, "h1", "r1"}} {
 		if *x.to, err = labDevice(l, x.node, x.peer); err != nil {
-			return nil, nil, err
+			return fig, err
 		}
 	}
 	h2, err := labIface(l, "h2", "r1")
 	if err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 
 	// The long-running processes, stopped by SIGTERM at the end (killed if the part fails).
@@ -134,7 +146,7 @@ func soak(ctx context.Context) ([]*report.Table, any, error) {
 
 	// conntrack at tcx ingress (not XDP: redirected packets would bypass the others' hooks).
 	if err := start("conntrack run", "r1", "conntrack", "run", "--inside", devs.r1in, "--outside", devs.r1out, "--hook", "tc"); err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	if err := waitFor(60*time.Second, "conntrack run attached", func() bool {
 		c, err := l.Command(context.Background(), "r1", bin, "conntrack", "status")
@@ -144,21 +156,21 @@ func soak(ctx context.Context) ([]*report.Table, any, error) {
 		out, _ := c.Output()
 		return strings.Contains(string(out), "\ninterface") || strings.HasPrefix(string(out), "interface")
 	}); err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	// prio router towards h1 (the r1—h2 link has the lab's own HTB): iperf3 -R runs fill it.
 	if err := fp("r1", "prio", "router", "apply", "--dev", devs.r1in, "--rate", "500mbit", "--config", "examples/prio-router.yaml"); err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	defer fp("r1", "prio", "router", "remove", "--dev", devs.r1in)
 	// tune on a cgroup of its own, which h1's iperf3 clients join (tune exec).
 	root, err := cgroup.Mount()
 	if err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	cg := filepath.Join(root, "fp"+l.Name())
 	if err := os.Mkdir(cg, 0o755); err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	defer func() {
 		if err := cgroup.Remove(cg); err != nil {
@@ -167,42 +179,43 @@ func soak(ctx context.Context) ([]*report.Table, any, error) {
 	}()
 	tuneName := "fp" + l.Name()
 	if err := fp("h1", "tune", "--name", tuneName, "apply", "--cgroup", cg, "--config", "examples/tune-dc.yaml"); err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	defer fp("h1", "tune", "--name", tuneName, "remove")
 	// altmark: the marker on h1's egress, the probe on both of r1's interfaces.
 	markCfg, probeCfg := filepath.Join(dir, "mark.yaml"), filepath.Join(dir, "probe.yaml")
 	if err := os.WriteFile(markCfg, []byte("period: 1s\ncarrier: dscp\n"), 0o644); err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	if err := os.WriteFile(probeCfg, []byte(fmt.Sprintf("probe_id: r1\ninterfaces: [{name: %s, direction: both}, {name: %s, direction: both}]\nperiod: 1s\ncarrier: dscp\ndata_dir: %s/data\n",
 		devs.r1in, devs.r1out, dir)), 0o644); err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	if err := fp("h1", "altmark", "mark", "apply", "--dev", devs.h1, "--config", markCfg); err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	defer fp("h1", "altmark", "mark", "remove", "--dev", devs.h1)
 	if err := start("altmark probe run", "r1", "altmark", "probe", "run", "--config", probeCfg, "--listen", soakProbeAddr); err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 
 	if err := waitFor(60*time.Second, "altmark probe run answering", func() bool { _, err := probeStatus(l, soakProbeAddr); return err == nil }); err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 
 	// Traffic: an iperf3 server on h2; h1's clients run one after the other, in the tuned
 	// cgroup, every other one reversed (h2 sends, through prio's bottleneck).
 	srv, err := l.Command(ctx, "h2", "iperf3", "-s", "-p", soakIperfPort)
 	if err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	if err := srv.Start(); err != nil {
-		return nil, nil, fmt.Errorf("iperf3 server: %w", err)
+		return fig, fmt.Errorf("iperf3 server: %w", err)
 	}
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
 	time.Sleep(time.Second)
-	fig := soakFigures{Duration: d.String(), Procs: map[string][2]procFigures{}, Maps: map[string][3]int{}, Exits: map[string]string{}}
+	run := max(min(soakIperfRun, d/2), time.Second)
+	fig = soakFigures{Duration: d.String(), IperfRun: run.String(), Rate: rate, Procs: map[string][2]procFigures{}, Maps: map[string][3]int{}, Exits: map[string]string{}}
 	tctx, stopTraffic := context.WithTimeout(ctx, d)
 	defer stopTraffic()
 	var mu sync.Mutex
@@ -212,7 +225,7 @@ func soak(ctx context.Context) ([]*report.Table, any, error) {
 		defer wg.Done()
 		for i := 0; tctx.Err() == nil; i++ {
 			args := []string{"tune", "--name", tuneName, "exec", "--", "iperf3", "-c", h2.IPv4.Addr().String(), "-p", soakIperfPort,
-				"-t", fmt.Sprint(soakIperfRun), "-b", "100M", "-P", "2", "-J"}
+				"-t", fmt.Sprint(int(run.Seconds())), "-b", rate, "-P", "2", "-J"}
 			if i%2 == 1 {
 				args = append(args, "-R")
 			}
@@ -250,7 +263,7 @@ func soak(ctx context.Context) ([]*report.Table, any, error) {
 	for _, n := range []string{"h1", "r1", "h2"} {
 		ns, err := netnsPin(l, n)
 		if err != nil {
-			return nil, nil, err
+			return fig, err
 		}
 		tokens = append(tokens, ns)
 	}
@@ -278,11 +291,11 @@ func soak(ctx context.Context) ([]*report.Table, any, error) {
 	slog.Info("soak: every subsystem attached, traffic running", "lab", l.Name(), "for", d)
 	time.Sleep(min(15*time.Second, d/4)) // the first connections are up, the tables filled
 	if err := measure(0); err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	<-tctx.Done()
 	if err := measure(1); err != nil {
-		return nil, nil, err
+		return fig, err
 	}
 	wg.Wait()
 	fig.Probe, err = probeStatus(l, soakProbeAddr)
@@ -298,7 +311,7 @@ func soak(ctx context.Context) ([]*report.Table, any, error) {
 			fig.Exits[p.name] = fmt.Sprintf("%v: %s", err, tail(log, 300))
 		}
 	}
-	return soakTables(fig), fig, nil
+	return fig, nil
 }
 
 // probeStatus is GET /status of the altmark probe listening on addr in r1's namespace.
@@ -370,7 +383,7 @@ func soakTables(f soakFigures) []*report.Table {
 		Rows: [][]string{{fmt.Sprint(f.RunsOK), fmt.Sprint(f.RunsFailed), fmt.Sprintf("%.1f", f.Bytes/1e9),
 			st("periods_written"), st("periods_skipped"), st("write_errors")}},
 		Goals: [][]report.Goal{{report.Check("failed iperf3 runs", "0", f.RunsFailed == 0 && f.RunsOK > 0)}},
-		Notes: []string{fmt.Sprintf("`make demo`'s lab with conntrack run (tcx) and altmark probe run on r1, prio router (500 Mbit/s, examples/prio-router.yaml) on r1 towards h1, tune (examples/tune-dc.yaml) on h1's clients and altmark mark on h1; iperf3 runs of %d s, 2 streams of 100 Mbit/s, every other one reversed.", soakIperfRun)},
+		Notes: []string{fmt.Sprintf("`make demo`'s lab with conntrack run (tcx) and altmark probe run on r1, prio router (500 Mbit/s, examples/prio-router.yaml) on r1 towards h1, tune (examples/tune-dc.yaml) on h1's clients and altmark mark on h1; iperf3 runs of %s, 2 streams of %sbit/s each, every other one reversed.", f.IperfRun, f.Rate)},
 	}
 	if f.FirstFail != "" {
 		traffic.Notes = append(traffic.Notes, "first failed run: "+f.FirstFail)
