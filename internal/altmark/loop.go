@@ -313,14 +313,14 @@ func (r *Runner) loop(rn *run) {
 // running: those after last, the latest record on disk, if it has the same period length
 // (with another, its period numbers are on another scale).
 func (r *Runner) reportGap(rn *run, last, first int64) {
-	p, err := rn.store.Read(last)
+	L, err := rn.store.PeriodNs(last)
 	if err != nil {
 		r.Log.Warn("altmark probe: read the last record on disk to find the periods missed", "period", last, "err", err)
 		return
 	}
-	if p.PeriodNs != rn.cfg.PeriodNs() {
+	if L != rn.cfg.PeriodNs() {
 		r.Log.Info("altmark probe: the records on disk have another period length; no gap computed",
-			"last_period", last, "their_period", time.Duration(p.PeriodNs), "period", time.Duration(rn.cfg.PeriodNs()))
+			"last_period", last, "their_period", time.Duration(L), "period", time.Duration(rn.cfg.PeriodNs()))
 		return
 	}
 	gapFirst, gapLast := last+1, first-1

@@ -131,7 +131,8 @@ func TestRestartReportsThePeriodsWithoutARecord(t *testing.T) {
 	}{{"same period", sec, true}, {"another period length", 2 * sec, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(t, "periods: 1\n")
-			if err := (Store{Dir: cfg.DataDir, Probe: cfg.ProbeID}).Write(&Period{Period: c, PeriodNs: tc.periodNs, Probe: cfg.ProbeID}); err != nil {
+			if err := (Store{Dir: cfg.DataDir, Probe: cfg.ProbeID}).Write(&Period{Period: c, PeriodNs: tc.periodNs, Probe: cfg.ProbeID,
+				Counters: []Counter{{PeriodNs: tc.periodNs, Ifname: "eth0", Direction: "in", FlowMonID: -1}}}); err != nil {
 				t.Fatal(err)
 			}
 			// Started in period c+10: c+11 is the first record, c+1 to c+10 have none.

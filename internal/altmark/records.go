@@ -190,6 +190,19 @@ func (s Store) Read(n int64) (*Period, error) {
 	return &p, nil
 }
 
+// PeriodNs is the period length complete period n was recorded with, from its counters file
+// (a few rows; the JSON Lines file holds the samples too).
+func (s Store) PeriodNs(n int64) (int64, error) {
+	rows, err := parquet.ReadFile[Counter](s.countersPath(n))
+	if err != nil {
+		return 0, fmt.Errorf("period %d: %w", n, err)
+	}
+	if len(rows) == 0 {
+		return 0, fmt.Errorf("period %d: %s has no row", n, s.countersPath(n))
+	}
+	return rows[0].PeriodNs, nil
+}
+
 // RemoveIncomplete deletes what an interrupted write left in the probe's directories: temporary
 // files, and the samples and JSON Lines files of periods without a counters file (written
 // first, their period was never completed), so no reader finds part of a period.
