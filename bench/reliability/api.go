@@ -8,11 +8,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -112,22 +109,7 @@ func altmarkAPILoad(ctx context.Context) ([]*report.Table, any, error) {
 	defer func() { _ = probe.Process.Kill(); _ = probe.Wait() }()
 	pid := probe.Process.Pid
 	dial := dialIn(l.Netns("r1"))
-	client := &http.Client{Transport: &http.Transport{DialContext: dial}, Timeout: 10 * time.Second}
-	status := func() (map[string]any, error) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+apiAddr+"/status", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		var st map[string]any
-		if err := json.Unmarshal(body, &st); err != nil {
-			return nil, fmt.Errorf("GET /status: %s: %s", resp.Status, body)
-		}
-		return st, nil
-	}
+	status := func() (map[string]any, error) { return probeStatus(l, apiAddr, token) }
 	// Running, and a few periods written, before the load.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
 		st, err := status()
@@ -180,7 +162,6 @@ wait:
 	if fig.Status, err = status(); err != nil {
 		return nil, nil, err
 	}
-	client.CloseIdleConnections()
 	_ = probe.Process.Signal(syscall.SIGTERM)
 	if err := probe.Wait(); err != nil {
 		log, _ := os.ReadFile(logf.Name())

@@ -7,11 +7,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -58,20 +61,6 @@ func faultLab(prefix, file string, yaml []byte) (l *lab.Lab, down func(), err er
 	}, nil
 }
 
-// labDevice is the lab's device name of node's interface towards peer.
-func labDevice(l *lab.Lab, node, peer string) (string, error) {
-	n, err := l.Node(node)
-	if err != nil {
-		return "", err
-	}
-	for _, i := range n.Ifaces {
-		if i.Peer().Node.Name == peer {
-			return l.IfName(i), nil
-		}
-	}
-	return "", fmt.Errorf("%s has no link to %s", node, peer)
-}
-
 // labIface is node's interface towards peer.
 func labIface(l *lab.Lab, node, peer string) (*topo.Iface, error) {
 	n, err := l.Node(node)
@@ -84,6 +73,15 @@ func labIface(l *lab.Lab, node, peer string) (*topo.Iface, error) {
 		}
 	}
 	return nil, fmt.Errorf("%s has no link to %s", node, peer)
+}
+
+// labDevice is the lab's device name of node's interface towards peer.
+func labDevice(l *lab.Lab, node, peer string) (string, error) {
+	i, err := labIface(l, node, peer)
+	if err != nil {
+		return "", err
+	}
+	return l.IfName(i), nil
 }
 
 // procFigures is what a process holds.
@@ -209,6 +207,31 @@ func dialIn(ns string) func(ctx context.Context, network, addr string) (net.Conn
 		})
 		return c, err
 	}
+}
+
+// probeStatus is GET /status of the altmark probe listening on addr in r1's namespace, with
+// the bearer token if one is given.
+func probeStatus(l *lab.Lab, addr, token string) (map[string]any, error) {
+	cl := &http.Client{Transport: &http.Transport{DialContext: dialIn(l.Netns("r1"))}, Timeout: 10 * time.Second}
+	defer cl.CloseIdleConnections()
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/status", nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var st map[string]any
+	if err := json.Unmarshal(body, &st); err != nil {
+		return nil, fmt.Errorf("GET /status: %s: %s", resp.Status, body)
+	}
+	return st, nil
 }
 
 // envDuration is the duration in environment variable name, or def.

@@ -11,10 +11,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -199,7 +197,7 @@ func runSoak(ctx context.Context, d time.Duration, rate string) (fig soakFigures
 		return fig, err
 	}
 
-	if err := waitFor(60*time.Second, "altmark probe run answering", func() bool { _, err := probeStatus(l, soakProbeAddr); return err == nil }); err != nil {
+	if err := waitFor(60*time.Second, "altmark probe run answering", func() bool { _, err := probeStatus(l, soakProbeAddr, ""); return err == nil }); err != nil {
 		return fig, err
 	}
 
@@ -298,7 +296,7 @@ func runSoak(ctx context.Context, d time.Duration, rate string) (fig soakFigures
 		return fig, err
 	}
 	wg.Wait()
-	fig.Probe, err = probeStatus(l, soakProbeAddr)
+	fig.Probe, err = probeStatus(l, soakProbeAddr, "")
 	if err != nil {
 		slog.Error("soak: the probe's status", "err", err)
 	}
@@ -312,23 +310,6 @@ func runSoak(ctx context.Context, d time.Duration, rate string) (fig soakFigures
 		}
 	}
 	return fig, nil
-}
-
-// probeStatus is GET /status of the altmark probe listening on addr in r1's namespace.
-func probeStatus(l *lab.Lab, addr string) (map[string]any, error) {
-	cl := &http.Client{Transport: &http.Transport{DialContext: dialIn(l.Netns("r1"))}, Timeout: 10 * time.Second}
-	defer cl.CloseIdleConnections()
-	resp, err := cl.Get("http://" + addr + "/status")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var st map[string]any
-	if err := json.Unmarshal(body, &st); err != nil {
-		return nil, fmt.Errorf("GET /status: %s: %s", resp.Status, body)
-	}
-	return st, nil
 }
 
 // waitFor polls cond every 200 ms for at most d.
