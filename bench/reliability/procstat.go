@@ -17,12 +17,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
 
+	"github.com/flowplane/flowplane/bench/report"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/pin"
@@ -117,6 +119,66 @@ func procStat(pid int) (procFigures, error) {
 	}
 	f.FDs = len(fds)
 	return f, nil
+}
+
+// series is a process's figures sampled over a run, first to last.
+type series []procFigures
+
+// halves are the medians of a figure over the first and the second half of the samples: the
+// end of a run against its start, without one garbage collection's swing deciding.
+func (s series) halves(f func(procFigures) int64) (first, second int64) {
+	median := func(xs []procFigures) int64 {
+		v := make([]int64, len(xs))
+		for i, x := range xs {
+			v[i] = f(x)
+		}
+		slices.Sort(v)
+		if len(v) == 0 {
+			return 0
+		}
+		return v[len(v)/2]
+	}
+	h := len(s) / 2
+	if h == 0 {
+		return median(s), median(s)
+	}
+	return median(s[:h]), median(s[len(s)-h:])
+}
+
+// span is the smallest and largest value of a figure.
+func (s series) span(f func(procFigures) int64) (lo, hi int64) {
+	for i, x := range s {
+		if v := f(x); i == 0 || v < lo {
+			lo = v
+		}
+		if v := f(x); i == 0 || v > hi {
+			hi = v
+		}
+	}
+	return lo, hi
+}
+
+func rssOf(f procFigures) int64 { return f.RSSKiB }
+func fdsOf(f procFigures) int64 { return int64(f.FDs) }
+
+// flatGoals judge a series flat: the second half's median RSS at most 10 % above the first
+// half's, and its median open files at most one above.
+func flatGoals(s series) []report.Goal {
+	r1, r2 := s.halves(rssOf)
+	f1, f2 := s.halves(fdsOf)
+	return []report.Goal{
+		report.AtMost("RSS, 2nd half / 1st half (medians)", float64(r2)/float64(max(r1, 1)), 1.1),
+		report.AtMost("open files, 2nd half − 1st half (medians)", float64(f2-f1), 1),
+	}
+}
+
+// sampleEvery is how often a run of d samples its processes: every 30 s, at least 10 times.
+func sampleEvery(d time.Duration) time.Duration { return max(min(30*time.Second, d/10), time.Second) }
+
+// lastLine is the last non-empty line of a log, for a table cell or note.
+func lastLine(log []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	return lines[len(lines)-1]
 }
 
 func mib(kib int64) string { return fmt.Sprintf("%.1f MiB", float64(kib)/1024) }

@@ -37,17 +37,19 @@ const (
 
 // soakFigures are the part's raw figures.
 type soakFigures struct {
-	Duration   string                    `json:"duration"`
-	IperfRun   string                    `json:"iperf_run"`
-	Rate       string                    `json:"rate"`        // iperf3 -b, per stream
-	Procs      map[string][2]procFigures `json:"processes"`   // start, end
-	Maps       map[string][3]int         `json:"map_entries"` // start, end, max entries
-	RunsOK     int                       `json:"iperf_runs_ok"`
-	RunsFailed int                       `json:"iperf_runs_failed"`
-	FirstFail  string                    `json:"first_failure,omitempty"`
-	Bytes      float64                   `json:"bytes_received"`
-	Probe      map[string]any            `json:"probe_status"`
-	Exits      map[string]string         `json:"exits"` // process: its exit after SIGTERM
+	Duration    string            `json:"duration"`
+	IperfRun    string            `json:"iperf_run"`
+	SampleEvery string            `json:"sample_every"`
+	Rate        string            `json:"rate"`        // iperf3 -b, per stream
+	Procs       map[string]series `json:"processes"`   // from start to end
+	Maps        map[string][3]int `json:"map_entries"` // start, end, max entries
+	RunsOK      int               `json:"iperf_runs_ok"`
+	RunsFailed  int               `json:"iperf_runs_failed"`
+	FirstFail   string            `json:"first_failure,omitempty"`
+	Bytes       float64           `json:"bytes_received"`
+	Probe       map[string]any    `json:"probe_status"`
+	Exits       map[string]string `json:"exits"`               // process: its exit after SIGTERM
+	ExitLogs    []string          `json:"exit_logs,omitempty"` // the last log line of those that failed
 }
 
 // soakProc is a flowplane process the soak keeps running.
@@ -213,7 +215,7 @@ func runSoak(ctx context.Context, d time.Duration, rate string) (fig soakFigures
 	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
 	time.Sleep(time.Second)
 	run := max(min(soakIperfRun, d/2), time.Second)
-	fig = soakFigures{Duration: d.String(), IperfRun: run.String(), Rate: rate, Procs: map[string][2]procFigures{}, Maps: map[string][3]int{}, Exits: map[string]string{}}
+	fig = soakFigures{Duration: d.String(), IperfRun: run.String(), SampleEvery: sampleEvery(d).String(), Rate: rate, Procs: map[string]series{}, Maps: map[string][3]int{}, Exits: map[string]string{}}
 	tctx, stopTraffic := context.WithTimeout(ctx, d)
 	defer stopTraffic()
 	var mu sync.Mutex
@@ -265,15 +267,19 @@ func runSoak(ctx context.Context, d time.Duration, rate string) (fig soakFigures
 		}
 		tokens = append(tokens, ns)
 	}
-	measure := func(at int) error {
+	sample := func() error {
 		for _, p := range procs {
 			s, err := procStat(p.cmd.Process.Pid)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.name, err)
 			}
-			v := fig.Procs[p.name]
-			v[at] = s
-			fig.Procs[p.name] = v
+			fig.Procs[p.name] = append(fig.Procs[p.name], s)
+		}
+		return nil
+	}
+	measure := func(at int) error {
+		if err := sample(); err != nil {
+			return err
 		}
 		m, err := mapEntries(tokens)
 		if err != nil {
@@ -291,7 +297,17 @@ func runSoak(ctx context.Context, d time.Duration, rate string) (fig soakFigures
 	if err := measure(0); err != nil {
 		return fig, err
 	}
-	<-tctx.Done()
+	tick := time.NewTicker(sampleEvery(d))
+	defer tick.Stop()
+	for tctx.Err() == nil {
+		select {
+		case <-tick.C:
+			if err := sample(); err != nil {
+				return fig, err
+			}
+		case <-tctx.Done():
+		}
+	}
 	if err := measure(1); err != nil {
 		return fig, err
 	}
@@ -306,7 +322,8 @@ func runSoak(ctx context.Context, d time.Duration, rate string) (fig soakFigures
 		fig.Exits[p.name] = "0"
 		if err != nil {
 			log, _ := os.ReadFile(p.log)
-			fig.Exits[p.name] = fmt.Sprintf("%v: %s", err, tail(log, 300))
+			fig.Exits[p.name] = err.Error()
+			fig.ExitLogs = append(fig.ExitLogs, p.name+": "+lastLine(log))
 		}
 	}
 	return fig, nil
@@ -322,27 +339,24 @@ func waitFor(d time.Duration, what string, cond func() bool) error {
 	return nil
 }
 
-func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
-
 func soakTables(f soakFigures) []*report.Table {
 	procs := &report.Table{
-		Title:   fmt.Sprintf("soak: the flowplane processes over %s", f.Duration),
-		Columns: []string{"process", "RSS start", "RSS end", "open files start", "open files end", "threads start", "threads end", "exit after SIGTERM"},
+		Title: fmt.Sprintf("soak: the flowplane processes over %s", f.Duration),
+		Columns: []string{"process", "RSS start", "RSS end", "RSS min–max", "open files start", "open files end",
+			"threads start", "threads end", "exit after SIGTERM"},
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Procs)) {
-		v := f.Procs[name]
-		procs.Rows = append(procs.Rows, []string{name, mib(v[0].RSSKiB), mib(v[1].RSSKiB), fmt.Sprint(v[0].FDs), fmt.Sprint(v[1].FDs),
-			fmt.Sprint(v[0].Threads), fmt.Sprint(v[1].Threads), f.Exits[name]})
-		procs.Goals = append(procs.Goals, []report.Goal{
-			report.AtMost("RSS end / start", float64(v[1].RSSKiB)/float64(max(v[0].RSSKiB, 1)), 1.25),
-			report.Check("open files", "end = start", v[0].FDs == v[1].FDs),
-		})
+		s := f.Procs[name]
+		start, end := s[0], s[len(s)-1]
+		lo, hi := s.span(rssOf)
+		procs.Rows = append(procs.Rows, []string{name, mib(start.RSSKiB), mib(end.RSSKiB), mib(lo) + "–" + mib(hi),
+			fmt.Sprint(start.FDs), fmt.Sprint(end.FDs), fmt.Sprint(start.Threads), fmt.Sprint(end.Threads), f.Exits[name]})
+		procs.Goals = append(procs.Goals, flatGoals(s))
 	}
+	if len(f.Procs) > 0 {
+		procs.Notes = append(procs.Notes, "Sampled every "+f.SampleEvery+" of the run.")
+	}
+	procs.Notes = append(procs.Notes, f.ExitLogs...)
 	mapsT := &report.Table{
 		Title:   "soak: entries of the pinned maps (hash, LRU and LPM maps; arrays are full by definition)",
 		Columns: []string{"map", "start", "end", "max entries"},
