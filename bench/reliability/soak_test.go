@@ -21,8 +21,9 @@ func TestSoakShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, v := range fig.Procs {
-		t.Logf("%s: RSS %d → %d KiB, open files %d → %d", name, v[0].RSSKiB, v[1].RSSKiB, v[0].FDs, v[1].FDs)
+	for name, s := range fig.Procs {
+		start, end := s[0], s[len(s)-1]
+		t.Logf("%s: RSS %d → %d KiB, open files %d → %d", name, start.RSSKiB, end.RSSKiB, start.FDs, end.FDs)
 	}
 	if len(fig.Procs) != 2 {
 		t.Errorf("processes %v, want conntrack run and altmark probe run", fig.Procs)
