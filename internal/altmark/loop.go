@@ -53,6 +53,8 @@ type Status struct {
 	LastPeriod     *int64 `json:"last_period,omitempty"`  // the latest period written
 	PeriodsWritten int64  `json:"periods_written"`        // in this run
 	PeriodsSkipped int64  `json:"periods_skipped"`        // whole periods without a record, in this run
+	GapFirst       *int64 `json:"gap_first,omitempty"`    // the first whole period after the last record on disk, when the probe was not running
+	GapLast        *int64 `json:"gap_last,omitempty"`     // the last one without a record before FirstPeriod
 	PendingWrites  int    `json:"pending_writes"`         // read, not yet written
 	WriteErrors    int64  `json:"write_errors"`
 	ExportErrors   int64  `json:"export_errors"`
@@ -163,19 +165,21 @@ func (r *Runner) Start() error {
 	r.status = Status{State: "running", StartedAt: r.Clock.Now()}
 	r.Metrics.Running.Set(1)
 	r.Metrics.PendingWrites.Set(0)
+	r.Metrics.GapPeriods.Set(0)
 	go r.writer(rn)
 	go r.loop(rn)
 	return nil
 }
 
-// prepareDir creates the data directory, removes temporary files a crash left, and checks
+// prepareDir creates the data directory, removes what a crash left (temporary files, the files
+// of a period whose counters file was never renamed into place), and checks
 // that a file can be created there, so a bad data_dir fails Start instead of the first period.
 func prepareDir(s Store) error {
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
-	if err := s.RemoveTemporary(); err != nil {
-		return fmt.Errorf("data_dir: remove temporary files: %w", err)
+	if err := s.RemoveIncomplete(); err != nil {
+		return fmt.Errorf("data_dir: remove what an interrupted write left: %w", err)
 	}
 	f, err := os.CreateTemp(s.Dir, ".probe-write-check-*"+tmpSuffix)
 	if err != nil {
@@ -229,14 +233,19 @@ func (r *Runner) loop(rn *run) {
 	now := r.Clock.Now()
 	c := floorDiv(now, L)
 	first := c + 1
-	if last, ok, err := rn.store.Last(); err != nil {
+	last, ok, err := rn.store.Last()
+	switch {
+	case err != nil:
 		r.report("list the periods already written: %v", err)
-	} else if ok && last >= first {
+	case ok && last >= first:
 		first = last + 1 // never overwrite a record (a clock stepped back)
 	}
 	r.mu.Lock()
 	r.status.FirstPeriod = &first
 	r.mu.Unlock()
+	if ok && last < first-1 {
+		r.reportGap(rn, last, first)
+	}
 	r.Log.Info("altmark probe running", "probe", rn.cfg.ProbeID, "period", time.Duration(L), "first_period", first)
 
 	state := "stopped"
@@ -298,6 +307,29 @@ func (r *Runner) loop(rn *run) {
 	if r.OnEnd != nil {
 		r.OnEnd(state)
 	}
+}
+
+// reportGap says which whole periods before first have no record because the probe was not
+// running: those after last, the latest record on disk, if it has the same period length
+// (with another, its period numbers are on another scale).
+func (r *Runner) reportGap(rn *run, last, first int64) {
+	L, err := rn.store.PeriodNs(last)
+	if err != nil {
+		r.Log.Warn("altmark probe: read the last record on disk to find the periods missed", "period", last, "err", err)
+		return
+	}
+	if L != rn.cfg.PeriodNs() {
+		r.Log.Info("altmark probe: the records on disk have another period length; no gap computed",
+			"last_period", last, "their_period", time.Duration(L), "period", time.Duration(rn.cfg.PeriodNs()))
+		return
+	}
+	gapFirst, gapLast := last+1, first-1
+	r.mu.Lock()
+	r.status.GapFirst, r.status.GapLast = &gapFirst, &gapLast
+	r.mu.Unlock()
+	r.Metrics.GapPeriods.Set(float64(gapLast - gapFirst + 1))
+	r.Log.Warn(fmt.Sprintf("altmark probe: periods %d to %d (%d) have no record: the probe was not running after period %d, its last record",
+		gapFirst, gapLast, gapLast-gapFirst+1, last), "gap_first", gapFirst, "gap_last", gapLast)
 }
 
 // enqueue hands a record to the writer. A full queue means the writer is maxPending records

@@ -3,6 +3,7 @@ package altmark
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -111,6 +112,55 @@ func TestStopReadsTheEndedPeriodAndRestartResumesAtTheNextWholeOne(t *testing.T)
 	}
 	if got, want := (*dps)[1].readList(), []int64{c + 4, c + 5, c + 6, c + 7}; !slices.Equal(got, want) {
 		t.Errorf("second run read %v, want %v", got, want)
+	}
+	// The partial period c+5 is the gap between the runs.
+	if st := r.Status(); st.GapFirst == nil || *st.GapFirst != c+5 || *st.GapLast != c+5 {
+		t.Errorf("gap %v–%v, want period %d", st.GapFirst, st.GapLast, c+5)
+	}
+}
+
+// TestRestartReportsThePeriodsWithoutARecord: a probe started after a stop or a crash says
+// which whole periods since its last record on disk have none (status, metric, log), unless
+// that record has another period length.
+func TestRestartReportsThePeriodsWithoutARecord(t *testing.T) {
+	const c = 4_000_000
+	for _, tc := range []struct {
+		name     string
+		periodNs int64
+		gap      bool
+	}{{"same period", sec, true}, {"another period length", 2 * sec, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, "periods: 1\n")
+			if err := (Store{Dir: cfg.DataDir, Probe: cfg.ProbeID}).Write(&Period{Period: c, PeriodNs: tc.periodNs, Probe: cfg.ProbeID,
+				Counters: []Counter{{PeriodNs: tc.periodNs, Ifname: "eth0", Direction: "in", FlowMonID: -1}}}); err != nil {
+				t.Fatal(err)
+			}
+			// Started in period c+10: c+11 is the first record, c+1 to c+10 have none.
+			r, _ := testRunner(t, cfg, newFakeClock((c+10)*sec+sec/5, 1<<62))
+			var log strings.Builder
+			r.Log = slog.New(slog.NewTextHandler(&log, nil))
+			if err := r.Start(); err != nil {
+				t.Fatal(err)
+			}
+			r.Wait()
+			st := r.Status()
+			gauge := testutil.ToFloat64(r.Metrics.GapPeriods)
+			if !tc.gap {
+				if st.GapFirst != nil || gauge != 0 || !strings.Contains(log.String(), "another period length") {
+					t.Errorf("gap %v, gauge %v, log %s", st.GapFirst, gauge, log.String())
+				}
+				return
+			}
+			if st.GapFirst == nil || *st.GapFirst != c+1 || *st.GapLast != c+10 || gauge != 10 {
+				t.Errorf("gap %v–%v (gauge %v), want %d–%d (10)", st.GapFirst, st.GapLast, gauge, c+1, c+10)
+			}
+			if want := fmt.Sprintf("periods %d to %d (10) have no record", c+1, c+10); !strings.Contains(log.String(), want) {
+				t.Errorf("log %q lacks %q", log.String(), want)
+			}
+			if st.LastError != "" || st.PeriodsSkipped != 0 {
+				t.Errorf("a gap before the run is no error of the run: %+v", st)
+			}
+		})
 	}
 }
 

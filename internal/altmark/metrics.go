@@ -15,6 +15,7 @@ type Metrics struct {
 	PeriodsSkipped *prometheus.CounterVec // reason: read_error, late, write_backlog, write_failed
 	WriteErrors    prometheus.Counter
 	PendingWrites  prometheus.Gauge
+	GapPeriods     prometheus.Gauge
 	ExportErrors   prometheus.Counter
 	ExportedRecs   *prometheus.CounterVec // template: counters, samples
 	ReadLag        prometheus.Histogram
@@ -43,6 +44,8 @@ func NewMetrics() *Metrics {
 			Help: "Failed attempts to write a period record (full disk, permissions); the record is kept and retried."}),
 		PendingWrites: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowplane_altmark_pending_writes",
 			Help: "Period records read but not yet written (queued for the writer, or kept after a failed write)."}),
+		GapPeriods: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flowplane_altmark_gap_periods",
+			Help: "Whole periods without a record between the last record on disk at start and the first period of this run: the probe was not running (stopped, crashed)."}),
 		ExportErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "flowplane_altmark_ipfix_errors_total",
 			Help: "Periods whose IPFIX export failed."}),
 		ExportedRecs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowplane_altmark_ipfix_records_total",
@@ -61,7 +64,7 @@ func NewMetrics() *Metrics {
 		Datapath: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flowplane_altmark_datapath_events",
 			Help: "The kernel probe's statistics since it attached, by event (seen, counted, not_ip, unmarked, filtered, backbone, mal_*, table_full, sampled, sample_lost, hash_grown, gso): updated at every read."}, []string{"event"}),
 	}
-	reg.MustRegister(m.Running, m.LastPeriod, m.PeriodsWritten, m.PeriodsSkipped, m.WriteErrors, m.PendingWrites,
+	reg.MustRegister(m.Running, m.LastPeriod, m.PeriodsWritten, m.PeriodsSkipped, m.WriteErrors, m.PendingWrites, m.GapPeriods,
 		m.ExportErrors, m.ExportedRecs, m.ReadLag, m.Packets, m.Bytes, m.Samples, m.Malformed, m.Datapath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

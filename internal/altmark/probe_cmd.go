@@ -129,7 +129,7 @@ func runProbe(ctx context.Context, cfg *Config, o probeOptions, open func(ProbeS
 		if err != nil {
 			return fmt.Errorf("--listen: %w", err)
 		}
-		srv = &http.Server{Handler: (&API{R: r, Token: o.token}).Handler(), ReadHeaderTimeout: 10 * time.Second}
+		srv = apiServer(&API{R: r, Token: o.token})
 		go func() { srvErr <- srv.Serve(ln) }()
 		slog.Info("altmark probe API", "listen", ln.Addr().String(), "token", o.token != "")
 		if listening != nil {
@@ -176,4 +176,10 @@ func runProbe(ctx context.Context, cfg *Config, o probeOptions, open func(ProbeS
 		return fmt.Errorf("altmark probe: %d periods written, %d skipped; last error: %s", s.PeriodsWritten, s.PeriodsSkipped, s.LastError)
 	}
 	return nil
+}
+
+// apiServer serves the API. Connections idle for a minute are closed, so clients that went away
+// without closing theirs do not hold file descriptors for long.
+func apiServer(a *API) *http.Server {
+	return &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 }

@@ -190,8 +190,23 @@ func (s Store) Read(n int64) (*Period, error) {
 	return &p, nil
 }
 
-// RemoveTemporary deletes temporary files a crash left in the probe's directories.
-func (s Store) RemoveTemporary() error {
+// PeriodNs is the period length complete period n was recorded with, from its counters file
+// (a few rows; the JSON Lines file holds the samples too).
+func (s Store) PeriodNs(n int64) (int64, error) {
+	rows, err := parquet.ReadFile[Counter](s.countersPath(n))
+	if err != nil {
+		return 0, fmt.Errorf("period %d: %w", n, err)
+	}
+	if len(rows) == 0 {
+		return 0, fmt.Errorf("period %d: %s has no row", n, s.countersPath(n))
+	}
+	return rows[0].PeriodNs, nil
+}
+
+// RemoveIncomplete deletes what an interrupted write left in the probe's directories: temporary
+// files, and the samples and JSON Lines files of periods without a counters file (written
+// first, their period was never completed), so no reader finds part of a period.
+func (s Store) RemoveIncomplete() error {
 	var errs []error
 	for _, root := range []string{
 		filepath.Join(s.Dir, "counters", "probe="+s.Probe),
@@ -205,8 +220,24 @@ func (s Store) RemoveTemporary() error {
 				}
 				return err
 			}
-			if !d.IsDir() && strings.HasPrefix(d.Name(), ".") && strings.HasSuffix(d.Name(), tmpSuffix) {
-				return os.Remove(path)
+			if d.IsDir() {
+				return nil
+			}
+			n, ok := s.periodOf(path)
+			tmp := strings.HasPrefix(d.Name(), ".") && strings.HasSuffix(d.Name(), tmpSuffix)
+			if !tmp && !ok {
+				return nil
+			}
+			if !tmp {
+				if _, err := os.Stat(s.countersPath(n)); !errors.Is(err, fs.ErrNotExist) {
+					return err // complete, or unknown
+				}
+			}
+			if err := os.Remove(path); err != nil {
+				return err
+			}
+			if dir := filepath.Dir(path); strings.HasPrefix(filepath.Base(dir), "period=") {
+				_ = os.Remove(dir) // the period's directory, if that emptied it
 			}
 			return nil
 		})
@@ -215,4 +246,20 @@ func (s Store) RemoveTemporary() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// periodOf is the period of a samples or JSON Lines file of the store, by its path.
+func (s Store) periodOf(path string) (int64, bool) {
+	var v string
+	switch filepath.Base(path) {
+	case partFile:
+		v, _ = strings.CutPrefix(filepath.Base(filepath.Dir(path)), "period=")
+	default:
+		v, _ = strings.CutSuffix(filepath.Base(path), ".jsonl")
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return n, path == s.samplesPath(n) || path == s.jsonlPath(n)
 }

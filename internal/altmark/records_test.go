@@ -166,11 +166,29 @@ func TestACrashBeforeARenameLeavesNoPeriod(t *testing.T) {
 	if tmp := tempFiles(t, s.Dir); len(tmp) != 3 {
 		t.Errorf("temporary files %v, want the 3 the crashes left", tmp)
 	}
-	if err := s.RemoveTemporary(); err != nil {
+	// A complete period beside them stays whole.
+	if err := s.Write(testPeriod(1, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveIncomplete(); err != nil {
 		t.Fatal(err)
 	}
 	if tmp := tempFiles(t, s.Dir); len(tmp) != 0 {
-		t.Errorf("temporary files %v after RemoveTemporary", tmp)
+		t.Errorf("temporary files %v after RemoveIncomplete", tmp)
+	}
+	// The crash before the counters' rename had renamed the samples and JSON Lines files of
+	// its period: they go too, with the period's directory.
+	var files []string
+	filepath.WalkDir(s.Dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && (!d.IsDir() || strings.Contains(d.Name(), "period=")) {
+			files = append(files, strings.TrimPrefix(path, s.Dir+"/"))
+		}
+		return nil
+	})
+	want := []string{"counters/probe=r1/period=1", "counters/probe=r1/period=1/part-0.parquet", "jsonl/r1/1.jsonl",
+		"samples/probe=r1/period=1", "samples/probe=r1/period=1/part-0.parquet"}
+	if !slices.Equal(files, want) {
+		t.Errorf("after RemoveIncomplete: %v, want period 1's files only: %v", files, want)
 	}
 }
 
@@ -242,8 +260,8 @@ func TestKilledWriterLeavesNoHalfFile(t *testing.T) {
 }
 
 // TestFullDiskIsReportedAndRetried fills a small tmpfs: the failing writes are reported
-// (status, metric, log), no half file appears, and once there is room again the kept records
-// are written, so the records have no gap.
+// (status, metric, log), the periods are still read, no half file appears, and once there is
+// room again the kept records are written, so the records have no gap.
 func TestFullDiskIsReportedAndRetried(t *testing.T) {
 	testenv.Privileged(t)
 	dir := t.TempDir()
@@ -265,6 +283,10 @@ func TestFullDiskIsReportedAndRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { s := r.Status(); return s.WriteErrors >= 2 && s.PendingWrites >= 2 })
+	// Counting goes on: every period up to the clock's limit is read (c+7 at (c+8.5)L), and
+	// what is on disk meanwhile is whole periods only.
+	waitFor(t, func() bool { return slices.Contains((*dps)[0].readList(), c+7) })
+	checkWholeFiles(t, r.Store())
 	st := r.Status()
 	if !strings.Contains(st.LastError, "no space left on device") {
 		t.Errorf("last error %q", st.LastError)
