@@ -110,41 +110,12 @@ def s3():
     """A real S3-compatible server on this machine (moto's, as a process on a free loopback
     port), the environment's AWS settings pointing at it, and a bucket: s3://fp-test."""
     import os
-    import socket
-    import subprocess
-    import sys
-    import time
 
     import requests
+    from probefarm import moto_server, s3_env
 
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            requests.get(url, timeout=1)
-            break
-        except requests.RequestException:
-            if proc.poll() is not None:
-                raise RuntimeError(f"moto server exited ({proc.returncode})") from None
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        raise RuntimeError("moto server did not answer in 30 s")
-    env = {
-        "AWS_ENDPOINT_URL": url,
-        "AWS_ACCESS_KEY_ID": "fptest",
-        "AWS_SECRET_ACCESS_KEY": "fptestsecret",
-        "AWS_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
+    proc, url = moto_server()
+    env = s3_env(url)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     requests.put(f"{url}/fp-test", timeout=30).raise_for_status()  # the bucket
