@@ -69,8 +69,7 @@ fi
 
 # analytics/.jars: what Spark needs to read s3:// (hadoop-aws matching pyspark's Hadoop and the
 # AWS SDK modules S3A uses; analytics/jars/pom.xml), from Maven Central, fetched again when the
-# pom changes. storage.spark_jars() puts them on every Spark session's classpath. hdfs-test/:
-# Hadoop's minicluster, which the HDFS test starts a NameNode and a DataNode with.
+# pom changes. storage.spark_jars() puts them on every Spark session's classpath.
 jars=analytics/.jars
 want_jars=$(sha256sum analytics/jars/pom.xml | cut -d' ' -f1)
 if [[ ! -f $jars/.installed || $(cat "$jars/.installed") != "$want_jars" ]]; then
@@ -78,8 +77,5 @@ if [[ ! -f $jars/.installed || $(cat "$jars/.installed") != "$want_jars" ]]; the
 	rm -rf "$jars"
 	mvn -q -B -f analytics/jars/pom.xml dependency:copy-dependencies \
 		-DoutputDirectory="$PWD/$jars" -DexcludeGroupIds=io.netty,org.slf4j
-	mvn -q -B -f analytics/jars/pom.xml -P hdfs-test dependency:copy-dependencies \
-		-DoutputDirectory="$PWD/$jars/hdfs-test" \
-		-DincludeArtifactIds=hadoop-client-minicluster,junit,hamcrest-core
 	echo "$want_jars" >"$jars/.installed"
 fi

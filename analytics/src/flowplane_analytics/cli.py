@@ -117,7 +117,7 @@ def _metric_args(p: argparse.ArgumentParser, topo_required: bool = True) -> None
         "--data",
         "-d",
         required=True,
-        help="dataset: a directory, s3://BUCKET/PREFIX, or hdfs://… with --engine spark",
+        help="dataset: a directory or s3://BUCKET/PREFIX",
     )
     p.add_argument(
         "--topology",
@@ -349,11 +349,7 @@ def _locate(a: argparse.Namespace, layout: str) -> engine.Source:
     if sch and sch not in storage.SCHEMES and a.engine != "spark":
         raise UsageError(f"--data {a.data}: a {sch}:// dataset needs --engine spark")
     if sch in storage.SCHEMES:
-        try:
-            storage.split(a.data)
-            storage.S3Settings.from_env()
-        except storage.StorageError as e:
-            raise UsageError(f"--data {a.data}: {e}") from e
+        _check_s3(a.data)
     try:
         return engine.locate(a.data, layout, a.skip_bad_files, a.known_bad)
     except filecheck.BadFilesError as e:
@@ -492,6 +488,15 @@ def _sources(a: argparse.Namespace) -> list[coll.Source]:
     return srcs
 
 
+def _check_s3(path: str) -> None:
+    """An s3:// dataset's URL and the store's settings (storage.py), before any work."""
+    try:
+        storage.split(path)
+        storage.S3Settings.from_env()
+    except storage.StorageError as e:
+        raise UsageError(f"--data {path}: {e}") from e
+
+
 def _data_dir(path: str, s3: bool = False) -> None:
     """A dataset directory to write: it may not exist yet, but must not be a file; or, if s3,
     an s3:// prefix with usable settings."""
@@ -500,11 +505,7 @@ def _data_dir(path: str, s3: bool = False) -> None:
             if not s3:
                 raise UsageError(f"--data {path}: want a local directory")
             raise UsageError(f"--data {path}: want a directory or s3://BUCKET/PREFIX")
-        try:
-            storage.split(path)
-            storage.S3Settings.from_env()
-        except storage.StorageError as e:
-            raise UsageError(f"--data {path}: {e}") from e
+        _check_s3(path)
         return
     p = Path(path)
     if p.exists() and not p.is_dir():

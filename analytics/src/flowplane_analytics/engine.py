@@ -506,7 +506,7 @@ def load(
     layout: str = "auto",
     skip_bad: bool = False,
 ) -> Dataset:
-    """The dataset under root (a local directory, s3://, or hdfs:// with Spark), located and
+    """The dataset under root (a local directory or s3://BUCKET/PREFIX), located and
     checked by `locate` unless root is a Source already."""
     src = root if isinstance(root, Source) else locate(root, layout, skip_bad)
     if storage.is_s3(src.root):
