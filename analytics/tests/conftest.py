@@ -117,13 +117,15 @@ def s3():
     proc, url = moto_server()
     env = s3_env(url)
     saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    requests.put(f"{url}/fp-test", timeout=30).raise_for_status()  # the bucket
-    yield "s3://fp-test"
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    proc.terminate()
-    proc.wait(timeout=30)
+    try:
+        os.environ.update(env)
+        requests.put(f"{url}/fp-test", timeout=30).raise_for_status()  # the bucket
+        yield "s3://fp-test"
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        proc.terminate()
+        proc.wait(timeout=30)
