@@ -9,6 +9,7 @@ apt_packages=(
 	iperf3 tcpdump tshark jq              # traffic, capture, demo
 	conntrack nftables                           # nf_conntrack reference
 	python3-venv openjdk-17-jre-headless         # analytics (venv; the JVM for Spark)
+	maven                                        # analytics: Spark's S3A jars (analytics/jars)
 	man-db groff-base                            # the release smoke test renders a man page
 )
 missing=()
@@ -64,4 +65,17 @@ if [[ ! -f $wheelhouse/.installed || $(cat "$wheelhouse/.installed") != "$want" 
 		analytics/pyproject.toml >"$wheelhouse/requirements.txt"
 	"$venv/bin/python" -m pip download -q --only-binary=:all: -d "$wheelhouse" -c analytics/constraints.txt -r "$wheelhouse/requirements.txt"
 	echo "$want" >"$wheelhouse/.installed"
+fi
+
+# analytics/.jars: what Spark needs to read s3:// (hadoop-aws matching pyspark's Hadoop and the
+# AWS SDK modules S3A uses; analytics/jars/pom.xml), from Maven Central, fetched again when the
+# pom changes. storage.spark_jars() puts them on every Spark session's classpath.
+jars=analytics/.jars
+want_jars=$(sha256sum analytics/jars/pom.xml | cut -d' ' -f1)
+if [[ ! -f $jars/.installed || $(cat "$jars/.installed") != "$want_jars" ]]; then
+	echo "setup: downloading Spark's S3A jars into $jars (mvn)"
+	rm -rf "$jars"
+	mvn -q -B -f analytics/jars/pom.xml dependency:copy-dependencies \
+		-DoutputDirectory="$PWD/$jars" -DexcludeGroupIds=io.netty,org.slf4j
+	echo "$want_jars" >"$jars/.installed"
 fi

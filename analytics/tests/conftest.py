@@ -103,3 +103,29 @@ def results(cons, truth_dataset, lab6, lab6_clusters):
         return memo[eng]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A real S3-compatible server on this machine (moto's, as a process on a free loopback
+    port), the environment's AWS settings pointing at it, and a bucket: s3://fp-test."""
+    import os
+
+    import requests
+    from probefarm import moto_server, s3_env
+
+    proc, url = moto_server()
+    env = s3_env(url)
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        os.environ.update(env)
+        requests.put(f"{url}/fp-test", timeout=30).raise_for_status()  # the bucket
+        yield "s3://fp-test"
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        proc.terminate()
+        proc.wait(timeout=30)

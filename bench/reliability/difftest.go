@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,16 +16,7 @@ import (
 
 // The random differential is a test of internal/conntrack (TestDifferentialRandom, built on the
 // scripted differential's test harness, so nothing of it is in bin/flowplane): this part runs it
-// with `go test` for -difftime and reads the summary it writes to $DIFFJSON.
-var diffTime = flag.Duration("difftime", envDuration("DIFFTIME", 10*time.Minute), "how long the random differential runs (env DIFFTIME)")
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
-		return d
-	}
-	return def
-}
-
+// with `go test` for DIFFTIME (default 10m) and reads the summary it writes to $DIFFJSON.
 func init() { register(part{name: "difftest", run: runDifftest}) }
 
 // diffSummary is the part of TestDifferentialRandom's $DIFFJSON this table shows.
@@ -48,6 +38,10 @@ type diffSummary struct {
 }
 
 func runDifftest(ctx context.Context) ([]*report.Table, any, error) {
+	diffTime, err := envDuration("DIFFTIME", 10*time.Minute)
+	if err != nil {
+		return nil, nil, err
+	}
 	dir, err := os.MkdirTemp("", "fpdifftest")
 	if err != nil {
 		return nil, nil, err

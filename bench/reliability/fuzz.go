@@ -51,9 +51,9 @@ type fuzzRun struct {
 }
 
 func runFuzz(ctx context.Context) ([]*report.Table, any, error) {
-	per, err := time.ParseDuration(envOr("FUZZTIME", "2m"))
+	per, err := envDuration("FUZZTIME", 2*time.Minute)
 	if err != nil {
-		return nil, nil, fmt.Errorf("FUZZTIME: %w (write e.g. 2m or 30s)", err)
+		return nil, nil, err
 	}
 	parallel, minimize := envOr("FUZZPARALLEL", "1"), envOr("FUZZMINIMIZETIME", "5s")
 	match, err := regexp.Compile(envOr("FUZZ", "."))

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/flowplane/flowplane/bench/report"
 )
@@ -64,4 +65,17 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("parts failed: %s", strings.Join(failed, ", "))
 	}
 	return report.Save(report.Result{Name: "reliability", Tables: tables, Data: data})
+}
+
+// envDuration is the duration in environment variable name, or def.
+func envDuration(name string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a duration such as 10m or 90s", name, v)
+	}
+	return d, nil
 }

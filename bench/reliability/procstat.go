@@ -295,16 +295,3 @@ func probeStatus(l *lab.Lab, addr, token string) (map[string]any, error) {
 	}
 	return st, nil
 }
-
-// envDuration is the duration in environment variable name, or def.
-func envDuration(name string, def time.Duration) (time.Duration, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%s=%q: want a duration such as 10m or 90s", name, v)
-	}
-	return d, nil
-}

@@ -18,7 +18,7 @@ import pandas as pd
 
 from . import clusters as clus
 from . import collect as coll
-from . import engine, filecheck, metrics, output, records, sparkcluster, synth, topology
+from . import engine, filecheck, metrics, output, records, sparkcluster, storage, synth, topology
 
 # Exit codes: 0 done; 1 a probe failed (collect) or an internal error; 2 bad input (a flag,
 # the topology, the dataset), said in one line before anything was written; 3 an alarm with
@@ -118,7 +118,7 @@ def _metric_args(p: argparse.ArgumentParser, topo_required: bool = True) -> None
         "--data",
         "-d",
         required=True,
-        help="dataset directory (local, or hdfs:// / s3a:// with --engine spark)",
+        help="dataset: a directory or s3://BUCKET/PREFIX",
     )
     p.add_argument(
         "--topology",
@@ -170,16 +170,30 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("collect", help="pull period records from probes' REST APIs")
-    p.add_argument("--data", "-d", required=True, help="dataset directory to fill")
+    p.add_argument(
+        "--data", "-d", required=True, help="dataset to fill: a directory or s3://BUCKET/PREFIX"
+    )
     p.add_argument(
         "--probe",
         "-p",
         action="append",
-        required=True,
+        default=[],
         metavar="URL[,token-file=F]",
         help="a probe's API, e.g. http://198.18.0.1:9464 (repeatable)",
     )
+    p.add_argument(
+        "--probe-file",
+        metavar="FILE",
+        help="more probes, one URL[,token-file=F] per line (# comments, blank lines ignored)",
+    )
     p.add_argument("--token-file", help=f"bearer token for every probe (else ${coll.TOKEN_ENV})")
+    p.add_argument(
+        "--parallel",
+        type=_int_at_least(1),
+        default=8,
+        metavar="N",
+        help="probes collected at once (default 8)",
+    )
     p.add_argument(
         "--retries", type=_int_at_least(0), default=3, help="retries per request (default 3)"
     )
@@ -191,6 +205,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--timeout", type=_number_in(0, above=True), default=10.0, help="per request, seconds"
+    )
+    p.add_argument(
+        "--probe-deadline",
+        type=_number_in(0, above=True),
+        metavar="S",
+        help="seconds one probe may take in all, retries included, before it is reported and "
+        "left (what it fetched is kept; default: no limit)",
     )
     p.add_argument("--no-jsonl", action="store_true", help="do not keep jsonl/<probe>/<n>.jsonl")
     _out_args(p)
@@ -345,8 +366,11 @@ def _connect(a: argparse.Namespace) -> Any:
 
 def _locate(a: argparse.Namespace, layout: str) -> engine.Source:
     """The dataset, located and its files checked before any engine starts."""
-    if "://" in a.data and not a.data.startswith("file://") and a.engine != "spark":
-        raise UsageError(f"--data {a.data}: a remote dataset needs --engine spark")
+    sch = storage.scheme(a.data)
+    if sch and sch not in storage.SCHEMES and a.engine != "spark":
+        raise UsageError(f"--data {a.data}: a {sch}:// dataset needs --engine spark")
+    if sch in storage.SCHEMES:
+        _check_s3(a.data)
     try:
         return engine.locate(a.data, layout, a.skip_bad_files, a.known_bad)
     except filecheck.BadFilesError as e:
@@ -457,8 +481,17 @@ def _sources(a: argparse.Namespace) -> list[coll.Source]:
         tok = coll.default_token(a.token_file)
     except OSError as e:
         raise UsageError(f"--token-file {a.token_file}: {e.strerror or e}") from e
+    specs = list(a.probe)
+    if a.probe_file:
+        try:
+            lines = Path(a.probe_file).read_text().splitlines()
+        except OSError as e:
+            raise UsageError(f"--probe-file {a.probe_file}: {e.strerror or e}") from e
+        specs += [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
+    if not specs:
+        raise UsageError("collect: name the probes with --probe URL or --probe-file FILE")
     srcs = []
-    for spec in a.probe:
+    for spec in specs:
         try:
             src = coll.parse_source(spec, tok)
         except OSError as e:
@@ -476,8 +509,25 @@ def _sources(a: argparse.Namespace) -> list[coll.Source]:
     return srcs
 
 
-def _data_dir(path: str) -> None:
-    """A dataset directory to write: it may not exist yet, but must not be a file."""
+def _check_s3(path: str) -> None:
+    """An s3:// dataset's URL and the store's settings (storage.py), before any work."""
+    try:
+        storage.split(path)
+        storage.S3Settings.from_env()
+    except storage.StorageError as e:
+        raise UsageError(f"--data {path}: {e}") from e
+
+
+def _data_dir(path: str, s3: bool = False) -> None:
+    """A dataset directory to write: it may not exist yet, but must not be a file; or, if s3,
+    an s3:// prefix with usable settings."""
+    if not storage.is_local(path):
+        if not (s3 and storage.is_s3(path)):
+            if not s3:
+                raise UsageError(f"--data {path}: want a local directory")
+            raise UsageError(f"--data {path}: want a directory or s3://BUCKET/PREFIX")
+        _check_s3(path)
+        return
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise UsageError(f"--data {path}: not a directory")
@@ -540,7 +590,7 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
     err = sys.stderr
     if a.cmd == "collect":
         srcs = _sources(a)
-        _data_dir(a.data)
+        _data_dir(a.data, s3=True)
         try:
             res = coll.collect(
                 srcs,
@@ -549,9 +599,14 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
                 backoff=a.retry_wait,
                 timeout=a.timeout,
                 keep_json=not a.no_jsonl,
+                parallel=a.parallel,
+                deadline=a.probe_deadline,
             )
+        except storage.StorageError as e:
+            raise UsageError(f"--data {e}") from e
         except OSError as e:
-            raise UsageError(f"--data {a.data}: {e.filename or ''}: {e.strerror or e}") from e
+            where = f"{e.filename}: " if e.filename else ""
+            raise UsageError(f"--data {a.data}: {where}{e.strerror or e}") from e
         df = pd.DataFrame(
             [
                 {
@@ -562,6 +617,8 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
                     "already": r.present,
                     "gone": len(r.missing),
                     "requests": r.attempts,
+                    "rows": r.rows,
+                    "seconds": round(r.seconds, 3),
                     "status": "ok" if r.ok else f"DOWN: {r.error}",
                 }
                 for r in res

@@ -1,24 +1,27 @@
 """`collect`: pull the period records from probes' REST APIs (GET /periods, GET /periods/{n})
-into a Hive-partitioned dataset directory.
+into a Hive-partitioned dataset, a local directory or s3://BUCKET/PREFIX (storage.py).
 
+Many probes at once, each on its own worker, so a slow or dead probe holds up no other.
 Idempotent and resumable: a period whose counters file is already in the dataset is never
-fetched again, and every period is written atomically (counters last), so an interrupted run
-leaves whole periods only and the next run carries on. A probe that does not answer is retried
-(with a growing pause) and then reported, never skipped in silence.
+fetched again (one listing per probe), and every file is written whole (counters last), so a
+run killed at any point leaves whole periods only and the next run carries on. A probe that
+does not answer is retried (with a growing pause) and then reported, never skipped in silence.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import requests
 
-from . import records
+from . import records, storage
 
 TOKEN_ENV = "FLOWPLANE_ALTMARK_TOKEN"
 
@@ -39,6 +42,8 @@ class Result:
     missing: list[int] = field(default_factory=list)  # listed, then 404 when fetched
     error: str = ""
     attempts: int = 0
+    rows: int = 0  # counters and samples rows fetched
+    seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -79,13 +84,21 @@ def _get(
     backoff: float,
     timeout: float,
     sleep: Callable[[float], None],
+    end: float | None = None,
 ) -> requests.Response:
+    """GET path, retried on no answer and on 5xx (pauses backoff, 2·backoff, …), all within
+    the probe's deadline `end` (time.monotonic())."""
     headers = {"Authorization": f"Bearer {src.token}"} if src.token else {}
     last = ""
     for attempt in range(retries + 1):
+        left = timeout
+        if end is not None:
+            left = min(timeout, end - time.monotonic())
+            if left <= 0:
+                raise ProbeError(f"GET {path}: deadline passed ({last or 'slow answers'})")
         res.attempts += 1
         try:
-            r = sess.get(src.url + path, headers=headers, timeout=timeout)
+            r = sess.get(src.url + path, headers=headers, timeout=left)
         except requests.RequestException as e:
             last = f"{type(e).__name__}: {e}"
         else:
@@ -97,8 +110,83 @@ def _get(
                 raise ProbeError(f"GET {path}: {r.status_code} {r.text[:200]}")
             last = f"HTTP {r.status_code}"
         if attempt < retries:
-            sleep(backoff * (2**attempt))
+            pause = backoff * (2**attempt)
+            if end is not None and time.monotonic() + pause >= end:
+                raise ProbeError(f"GET {path}: deadline passed ({last})")
+            sleep(pause)
     raise ProbeError(f"GET {path}: no answer after {retries + 1} attempts ({last})")
+
+
+class _Claims:
+    """Which source collects which probe id: two URLs answering the same id would write the
+    same files, so the second is refused."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_probe: dict[str, str] = {}
+
+    def claim(self, probe: str, url: str) -> None:
+        with self._lock:
+            other = self._by_probe.setdefault(probe, url)
+        if other != url:
+            raise ProbeError(f"answers probe id {probe!r}, which {other} answers too")
+
+
+def _collect_one(
+    src: Source,
+    root: storage.Root,
+    claims: _Claims,
+    retries: int,
+    backoff: float,
+    timeout: float,
+    deadline: float | None,
+    keep_json: bool,
+    sleep: Callable[[float], None],
+    log: Callable[[str], None],
+) -> Result:
+    res = Result(url=src.url)
+    t0 = time.monotonic()
+    end = t0 + deadline if deadline else None
+    try:
+        with requests.Session() as sess:
+
+            def get(path: str) -> requests.Response:
+                return _get(sess, src, path, res, retries, backoff, timeout, sleep, end)
+
+            r = get("/periods")
+            if r.status_code != 200:
+                raise ProbeError(f"GET /periods: {r.status_code}")
+            body: dict[str, Any] = r.json()
+            res.probe = str(body["probe"])
+            claims.claim(res.probe, src.url)
+            periods = [int(n) for n in body.get("periods") or []]
+            res.listed = len(periods)
+            have = set(records.complete_periods(root, res.probe))
+            for n in periods:
+                if n in have:
+                    res.present += 1
+                    continue
+                r = get(f"/periods/{n}")
+                if r.status_code == 404:
+                    res.missing.append(n)
+                    continue
+                obj = r.json()
+                if str(obj.get("probe")) != res.probe or int(obj.get("period", -1)) != n:
+                    raise ProbeError(
+                        f"GET /periods/{n}: answered probe {obj.get('probe')!r} period "
+                        f"{obj.get('period')!r}, want {res.probe!r} {n}"
+                    )
+                records.write_period_json(root, obj, keep_json=keep_json)
+                res.fetched.append(n)
+                res.rows += len(obj.get("counters") or []) + len(obj.get("samples") or [])
+                log(f"{res.probe}: period {n}")
+    except (ProbeError, ValueError, KeyError, TypeError) as e:
+        res.error = str(e)
+        if res.fetched or res.listed:
+            left = res.listed - res.present - len(res.fetched) - len(res.missing)
+            res.error += f" ({len(res.fetched)} periods fetched, {left} left for the next run)"
+    res.seconds = time.monotonic() - t0
+    return res
 
 
 def collect(
@@ -108,42 +196,26 @@ def collect(
     backoff: float = 1.0,
     timeout: float = 10.0,
     keep_json: bool = True,
+    parallel: int = 8,
+    deadline: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
     log: Callable[[str], None] = lambda _: None,
 ) -> list[Result]:
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    records.remove_stale_temporaries(root)
-    out: list[Result] = []
-    with requests.Session() as sess:
-        for src in sources:
-            res = Result(url=src.url)
-            out.append(res)
-            try:
-                r = _get(sess, src, "/periods", res, retries, backoff, timeout, sleep)
-                if r.status_code != 200:
-                    raise ProbeError(f"GET /periods: {r.status_code}")
-                body: dict[str, Any] = r.json()
-                res.probe = str(body["probe"])
-                periods = [int(n) for n in body.get("periods") or []]
-                res.listed = len(periods)
-                for n in periods:
-                    if records.is_complete(root, res.probe, n):
-                        res.present += 1
-                        continue
-                    r = _get(sess, src, f"/periods/{n}", res, retries, backoff, timeout, sleep)
-                    if r.status_code == 404:
-                        res.missing.append(n)
-                        continue
-                    obj = r.json()
-                    if str(obj.get("probe")) != res.probe or int(obj.get("period", -1)) != n:
-                        raise ProbeError(
-                            f"GET /periods/{n}: answered probe {obj.get('probe')!r} period "
-                            f"{obj.get('period')!r}, want {res.probe!r} {n}"
-                        )
-                    records.write_period_json(root, obj, keep_json=keep_json)
-                    res.fetched.append(n)
-                    log(f"{res.probe}: period {n}")
-            except (ProbeError, ValueError, KeyError) as e:
-                res.error = str(e)
-    return out
+    """Collects every source into root (a directory or s3://BUCKET/PREFIX), `parallel`
+    probes at a time, each probe's periods one after another; results in the sources'
+    order. A probe that is slow or down holds one worker only: each request has `timeout`,
+    each probe `deadline` seconds in all (None: no limit), then it is reported and left."""
+    dest = storage.Root(root)
+    dest.make()
+    dest.remove_stale_temporaries()
+    claims = _Claims()
+
+    def one(src: Source) -> Result:
+        return _collect_one(
+            src, dest, claims, retries, backoff, timeout, deadline, keep_json, sleep, log
+        )
+
+    if not sources:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(sources)))) as pool:
+        return list(pool.map(one, sources))

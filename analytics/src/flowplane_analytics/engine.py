@@ -21,7 +21,7 @@ import ibis.expr.operations as ops
 import ibis.expr.types as ir
 import pandas as pd
 
-from . import filecheck
+from . import filecheck, storage
 from .filecheck import BadFile, BadFilesError
 
 ENGINES = ("duckdb", "spark")
@@ -163,6 +163,9 @@ def spark_session(
         conf["spark.driver.memory"] = os.environ.get("FLOWPLANE_SPARK_DRIVER_MEMORY", "2g")
     if shuffle_partitions:
         conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    jars = storage.spark_jars()
+    if jars and not submitted:  # S3A (hadoop-aws and the AWS SDK), for s3:// datasets
+        conf["spark.jars"] = ",".join(jars)
     conf.update(extra or {})
     for k, v in conf.items():
         b = b.config(k, v)
@@ -285,7 +288,8 @@ def _local(path: str) -> Path:
 
 def _read(con: Any, root: str, table: str, files: list[str] | None = None) -> ir.Table | None:
     """The table's Hive-partitioned files: all of them, or only `files` (some were skipped)."""
-    base = root.rstrip("/") + "/" + table
+    base = storage.for_engine(root, "duckdb" if con.name == "duckdb" else "spark")
+    base = base.rstrip("/") + "/" + table
     if files is not None:
         if not files:
             return None
@@ -535,9 +539,14 @@ def load(
     layout: str = "auto",
     skip_bad: bool = False,
 ) -> Dataset:
-    """The dataset under root (a local directory, or hdfs:// / s3a:// with Spark), located and
+    """The dataset under root (a local directory or s3://BUCKET/PREFIX), located and
     checked by `locate` unless root is a Source already."""
     src = root if isinstance(root, Source) else locate(root, layout, skip_bad)
+    if storage.is_s3(src.root):
+        if con.name == "duckdb":
+            storage.duckdb_register(con.con)
+        else:
+            storage.spark_register(con._session)
     if con.name == "pyspark":
         size_shuffles(con._session, src)
     ds = load_compact(con, src.root) if src.layout == "compact" else load_raw(con, src)

@@ -8,14 +8,14 @@ A dataset directory (a probe's data_dir, or what `collect` fills) holds
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from . import storage
 
 SCHEMA_VERSION = 1
 
@@ -98,27 +98,23 @@ def partition_dir(root: Path, table: str, probe: str, period: int) -> Path:
     return Path(root) / table / f"probe={probe}" / f"period={period}"
 
 
-def _atomic_write(path: Path, write: Any, sync: bool = True) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        if sync:
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _part(table: str, probe: str, period: int) -> str:
+    return f"{table}/probe={probe}/period={period}/part-0.parquet"
 
 
-def is_complete(root: Path, probe: str, period: int) -> bool:
-    return (partition_dir(root, "counters", probe, period) / "part-0.parquet").exists()
+Dest = str | Path | storage.Root
+
+
+def _root(root: Dest) -> storage.Root:
+    return root if isinstance(root, storage.Root) else storage.Root(root)
+
+
+def is_complete(root: Dest, probe: str, period: int) -> bool:
+    return _root(root).exists(_part("counters", probe, period))
 
 
 def write_period(
-    root: Path,
+    root: Dest,
     probe: str,
     period: int,
     counters: pa.Table,
@@ -126,23 +122,19 @@ def write_period(
     raw_json: Mapping[str, Any] | None = None,
     sync: bool = True,
 ) -> None:
-    """Writes one probe's period: JSON Lines (if given), samples, then counters last, each to a
-    temporary name renamed into place, so a reader never sees a half period. sync False: no
-    fsync (synthetic data, where a crash loses nothing worth keeping)."""
-    root = Path(root)
+    """Writes one probe's period: JSON Lines (if given), samples, then counters last, each
+    whole (storage.Root.write: a temporary name renamed into place, or one S3 object), so a
+    reader never sees a half period: a period is complete when its counters file exists. sync
+    False: no fsync of local files (synthetic data, where a crash loses nothing worth keeping)."""
+    r = _root(root)
     if raw_json is not None:
-        line = json.dumps(raw_json, separators=(",", ":")) + "\n"
-        _atomic_write(
-            root / "jsonl" / probe / f"{period}.jsonl",
-            lambda p: Path(p).write_text(line),
-        )
-    sdir = partition_dir(root, "samples", probe, period)
-    _atomic_write(sdir / "part-0.parquet", lambda p: pq.write_table(samples, p), sync)
-    cdir = partition_dir(root, "counters", probe, period)
-    _atomic_write(cdir / "part-0.parquet", lambda p: pq.write_table(counters, p), sync)
+        line = (json.dumps(raw_json, separators=(",", ":")) + "\n").encode()
+        r.write(f"jsonl/{probe}/{period}.jsonl", lambda f: f.write(line), sync)
+    r.write(_part("samples", probe, period), lambda f: pq.write_table(samples, f), sync)
+    r.write(_part("counters", probe, period), lambda f: pq.write_table(counters, f), sync)
 
 
-def write_period_json(root: Path, obj: Mapping[str, Any], keep_json: bool = True) -> None:
+def write_period_json(root: Dest, obj: Mapping[str, Any], keep_json: bool = True) -> None:
     """Writes a period given as the JSON object of GET /periods/{n}."""
     write_period(
         root,
@@ -154,37 +146,28 @@ def write_period_json(root: Path, obj: Mapping[str, Any], keep_json: bool = True
     )
 
 
-def complete_periods(root: Path, probe: str) -> list[int]:
-    """The periods of probe whose counters file exists, in order."""
-    base = Path(root) / "counters" / f"probe={probe}"
+def complete_periods(root: Dest, probe: str) -> list[int]:
+    """The periods of probe whose counters file exists, in order (one listing)."""
     out: list[int] = []
-    if not base.is_dir():
-        return out
-    for d in base.iterdir():
-        if d.name.startswith("period=") and (d / "part-0.parquet").exists():
+    for rel in _root(root).files(f"counters/probe={probe}"):
+        d, _, name = rel.partition("/")
+        if name == "part-0.parquet" and d.startswith("period="):
             try:
-                out.append(int(d.name.removeprefix("period=")))
+                out.append(int(d.removeprefix("period=")))
             except ValueError:
                 continue
     return sorted(out)
 
 
-def probes(root: Path) -> list[str]:
-    base = Path(root) / "counters"
-    if not base.is_dir():
-        return []
+def probes(root: Dest) -> list[str]:
     return sorted(
-        d.name.removeprefix("probe=") for d in base.iterdir() if d.name.startswith("probe=")
+        d.removeprefix("probe=") for d in _root(root).dirs("counters") if d.startswith("probe=")
     )
 
 
-def remove_stale_temporaries(root: Path) -> int:
-    """Deletes temporary files a crashed writer left (``.part-0.parquet.*.tmp``)."""
-    n = 0
-    for p in Path(root).rglob(".*.tmp"):
-        p.unlink(missing_ok=True)
-        n += 1
-    return n
+def remove_stale_temporaries(root: Dest) -> int:
+    """Deletes temporary files a killed writer left (``.part-0.parquet.*.tmp``)."""
+    return _root(root).remove_stale_temporaries()
 
 
 def iter_rows(table: pa.Table) -> Iterable[dict[str, Any]]:
