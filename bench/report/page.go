@@ -57,7 +57,7 @@ var Benches = []Bench{
 		"vnet.md", "about 1–2 min"},
 	{"reliability", "hostile packets, faults and soak",
 		"conntrack against nf_conntrack on random conversations, coverage-guided fuzzing of every BPF program through BPF_PROG_TEST_RUN, and the fault and soak runs: what each covered and what it found.",
-		"conntrack.md", "about 45 min"},
+		"conntrack.md", "about 1 h 30 min (DIFFTIME, FUZZTIME per target, API_LOAD_TIME, SOAK_TIME)"},
 }
 
 func benchByName(name string) (Bench, bool) {
