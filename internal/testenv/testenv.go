@@ -6,10 +6,12 @@ package testenv
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
+	"regexp"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -73,10 +75,16 @@ func Name(prefix string) string {
 	return "fp" + prefix + hex.EncodeToString(b)
 }
 
-// Netns creates a named network namespace with loopback up, removed in t.Cleanup.
+// netnsOwner reads the creating process's PID from a name Netns made (fpns<hex>-<pid>).
+var netnsOwner = regexp.MustCompile(`^fpns[0-9a-f]{6}-([0-9]+)$`)
+
+// Netns creates a named network namespace with loopback up, removed in t.Cleanup. Its name
+// carries this process's PID, so that namespaces of a test process killed before its cleanup
+// ran (go test -fuzz kills its workers at the end) are removed by the next one.
 func Netns(t testing.TB) string {
 	t.Helper()
-	name := Name("ns")
+	removeOrphanNetns(t)
+	name := fmt.Sprintf("%s-%d", Name("ns"), os.Getpid())
 	if err := nsrun.Create(name); err != nil {
 		t.Fatal(err)
 	}
@@ -153,4 +161,24 @@ func setupEnd(e *Veth) error {
 		}
 	}
 	return netlink.LinkSetUp(l)
+}
+
+// removeOrphanNetns deletes the namespaces Netns made in processes that no longer run.
+func removeOrphanNetns(t testing.TB) {
+	names, err := os.ReadDir("/run/netns")
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		m := netnsOwner.FindStringSubmatch(n.Name())
+		if m == nil {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + m[1]); err == nil {
+			continue
+		}
+		if err := nsrun.Delete(n.Name()); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Logf("remove namespace %s of an ended test process: %v", n.Name(), err)
+		}
+	}
 }
