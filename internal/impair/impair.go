@@ -52,7 +52,9 @@ type Params struct {
 	Duplicate, Corrupt, Reorder float64
 	// CorruptFrom is how many bytes at the start of a packet corruption leaves alone: a link
 	// header a real wire's frame check would catch.
-	CorruptFrom  int
+	CorruptFrom int
+	// KeepWhole, when set, names packets corruption leaves alone: those no checksum would catch.
+	KeepWhole    func(pkt []byte) bool `json:"-"`
 	Delay        time.Duration
 	Jitter       time.Duration
 	Distribution Distribution // "" is Uniform
@@ -197,7 +199,7 @@ func (s *Shaper) Admit(b *[]byte, now time.Duration, emit func(*[]byte), clone f
 			free(c)
 			continue
 		}
-		if p.Corrupt > 0 && s.rng.Float64() < p.Corrupt && len(*c) > p.CorruptFrom {
+		if p.Corrupt > 0 && s.rng.Float64() < p.Corrupt && len(*c) > p.CorruptFrom && (p.KeepWhole == nil || !p.KeepWhole(*c)) {
 			s.Corrupted++
 			i := p.CorruptFrom + s.rng.IntN(len(*c)-p.CorruptFrom)
 			(*c)[i] ^= byte(1 << s.rng.IntN(8))

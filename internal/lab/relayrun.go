@@ -105,6 +105,7 @@ func runRelay(cfgJSON string) error {
 		r := &relayDir{in: fds[d.In], out: fds[d.Out], mtu: cfg.MTU, stats: f, off: int64(relayHeader + i*relayCountersSize)}
 		r.params = d.Params
 		r.params.CorruptFrom = ethHeaderLen // a wire's frame check would catch a bad link header
+		r.params.KeepWhole = notIP          // ARP has no checksum: a bad reply would poison a cache
 		go func() { errc <- r.run() }()
 	}
 	// The header last: lab up waits for it, and then both directions are receiving.
@@ -343,4 +344,14 @@ func (m *mmsgs) send(fd int, bufs []*[]byte) int {
 	}
 	runtime.KeepAlive(bufs)
 	return ok
+}
+
+// notIP says whether an Ethernet frame carries neither IPv4 nor IPv6 (ARP, for one), whose
+// corruption no checksum would catch as a real wire's frame check would.
+func notIP(frame []byte) bool {
+	if len(frame) < ethHeaderLen {
+		return true
+	}
+	et := binary.BigEndian.Uint16(frame[12:14])
+	return et != unix.ETH_P_IP && et != unix.ETH_P_IPV6
 }
