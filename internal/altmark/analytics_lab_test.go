@@ -252,6 +252,7 @@ func TestLabAnalyticsLossPerCluster(t *testing.T) {
 		}
 	}
 	totals := map[wire]int64{}
+	shifted := map[wire]int64{} // analytics minus wire drops, summed over the checked periods
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-8s", "period")
 	for _, w := range lossy {
@@ -280,7 +281,7 @@ func TestLabAnalyticsLossPerCluster(t *testing.T) {
 			t.Errorf("period %d: %d rows from loss, want one per cluster and e2e (%d)", n, len(byPeriod[n]), len(clusters))
 		}
 		drops := func(w wire) int64 { return int64(r1.drops[w] - r0.drops[w]) }
-		var total, others, routerLoss, e2e, e2eIn int64
+		var total, others, routerLoss, e2e, e2eIn, e2eDiff, wireDiff int64
 		got := map[wire]int64{}
 		for _, w := range wires {
 			total += drops(w)
@@ -294,16 +295,21 @@ func TestLabAnalyticsLossPerCluster(t *testing.T) {
 			switch w, isWire := wireOf[r.Cluster]; {
 			case r.Cluster == "e2e":
 				e2e, e2eIn = r.Loss.v, r.In.v
-				if r.Loss.v != total {
-					t.Errorf("period %d: end-to-end loss %d, the wires dropped %d", n, r.Loss.v, total)
-				}
+				e2eDiff = r.Loss.v - total
 			case isWire:
 				got[w] = r.Loss.v
 				if w.from.Link.Loss == 0 {
 					others += r.Loss.v
 				}
-				if r.Loss.v != drops(w) {
-					t.Errorf("period %d cluster %s (%s → %s): loss %d, dropped on the wire %d", n, r.Cluster, w.out(), w.in(), r.Loss.v, drops(w))
+				// The drop counters are read in a quiet gap near each boundary; a packet
+				// dropped in that gap counts in the neighbouring period: a difference of 1
+				// that the next period gives back (checked after the loop).
+				if d := r.Loss.v - drops(w); d != 0 {
+					shifted[w] += d
+					wireDiff += abs(d)
+					if abs(d) > 1 || abs(shifted[w]) > 1 {
+						t.Errorf("period %d cluster %s (%s → %s): loss %d, dropped on the wire %d", n, r.Cluster, w.out(), w.in(), r.Loss.v, drops(w))
+					}
 				}
 			default:
 				routerLoss += r.Loss.v
@@ -311,6 +317,9 @@ func TestLabAnalyticsLossPerCluster(t *testing.T) {
 					t.Errorf("period %d cluster %s (a router): loss %d, want 0", n, r.Cluster, r.Loss.v)
 				}
 			}
+		}
+		if abs(e2eDiff) > wireDiff {
+			t.Errorf("period %d: end-to-end loss %d, the wires dropped %d", n, e2e, total)
 		}
 		fmt.Fprintf(&table, "%-8d", n)
 		for _, w := range lossy {
@@ -326,6 +335,11 @@ func TestLabAnalyticsLossPerCluster(t *testing.T) {
 		len(wires)-len(lossy), nRouter, table.String())
 	if len(checked) < common {
 		t.Fatalf("only %d periods recorded by all %d probes and checked (%v): want %d", len(checked), len(routers), checked, common)
+	}
+	for w, d := range shifted {
+		if abs(d) > 1 {
+			t.Errorf("%s → %s: the analytics' loss over the checked periods differs from the wire's drops by %d", w.out(), w.in(), d)
+		}
 	}
 	for _, w := range lossy {
 		if totals[w] == 0 {
@@ -756,4 +770,11 @@ func runAnalyticsJSON[T any](t *testing.T, script string, rows *[]T, args ...str
 		}
 		*rows = append(*rows, r)
 	}
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
