@@ -185,3 +185,24 @@ def test_batched_by_periods_same_answers(eng, cons, results, truth_dataset, lab6
             pd.testing.assert_frame_equal(
                 _norm(got, k), _norm(results(eng)[name], k), check_exact=True
             )
+
+
+def test_execute_orders_as_duckdb(cons):
+    """Spark's answer is sorted in pandas (engine.execute), in the ORDER BY's order: mixed
+    directions, NULLs first or last as asked, ties kept stable by the later keys."""
+    import ibis
+
+    from flowplane_analytics import engine
+
+    t = ibis.memtable(
+        {"a": [2, 1, None, 2, 1, None], "b": ["x", "y", "z", None, "x", "y"], "c": range(6)}
+    )
+    exprs = [
+        t.order_by(["a", ibis.desc("b")]),
+        t.order_by([ibis.desc("a", nulls_first=True), "c"]),
+        t.order_by([ibis.asc("b", nulls_first=True), ibis.desc("c")]),
+    ]
+    for e in exprs:
+        want = cons("duckdb").execute(e)
+        got = engine.execute(cons("spark"), e)
+        pd.testing.assert_frame_equal(want, got, check_dtype=False)

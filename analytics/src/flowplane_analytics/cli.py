@@ -690,7 +690,9 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
             )
             alarms = df[df["alarm"] != ""]
             miss = (
-                con.execute(metrics.missing_points(ds, members, aliases)) if len(alarms) else None
+                engine.execute(con, metrics.missing_points(ds, members, aliases))
+                if len(alarms)
+                else None
             )
         _emit(df, a)
         if miss is not None:
@@ -725,7 +727,7 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
         return 0
     if a.cmd == "paths":
         with _reading(a, src):
-            df = con.execute(metrics.paths(ds, aliases))
+            df = engine.execute(con, metrics.paths(ds, aliases))
         key = ["period", "hash", *metrics.TUPLE]
         if a.limit:
             keep = df[key].drop_duplicates().head(a.limit)
@@ -746,10 +748,12 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
         from . import report
 
         with _reading(a, src):
-            loss = con.execute(metrics.loss(ds, members, aliases))
-            miss = con.execute(metrics.missing_points(ds, members, aliases))
-            dl = con.execute(metrics.delay(ds, members, aliases))
-            delays = con.execute(metrics.matched_delays(ds, members, aliases).limit(200_000))
+            loss = engine.execute(con, metrics.loss(ds, members, aliases))
+            miss = engine.execute(con, metrics.missing_points(ds, members, aliases))
+            dl = engine.execute(con, metrics.delay(ds, members, aliases))
+            delays = engine.execute(
+                con, metrics.matched_delays(ds, members, aliases).limit(200_000)
+            )
         try:
             report.write(
                 a.html,

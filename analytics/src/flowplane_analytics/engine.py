@@ -348,14 +348,18 @@ def _complete(agg: ir.Table, s: ir.Table) -> ir.Table:
     return s.semi_join(agg.select("probe", "period").distinct(), ["probe", "period"])
 
 
-_KEY = ["probe", "ifname", "direction"]
+MP_KEY = [  # a measurement point: its probe, interface and direction
+    "probe",
+    "ifname",
+    "direction",
+]
 
 
 def _normalised(s: ir.Table, mps: ir.Table, flows: ir.Table) -> ir.Table:
     """Samples as (period, mp, hash, tai_ns, flow). A left join on the 5-tuple: a sample with
     a NULL field gets a NULL flow (it then matches no other sample's 5-tuple, as a NULL field
     compares to nothing)."""
-    sj = s.left_join(flows, list(TUPLE)).join(mps, _KEY)
+    sj = s.left_join(flows, list(TUPLE)).join(mps, MP_KEY)
     return sj.select(sj.period, sj.mp, sj.hash.cast("int64"), sj.tai_ns.cast("int64"), sj.flow)
 
 
@@ -364,7 +368,7 @@ def load_raw(con: Any, root: str | Path | Source) -> Dataset:
     src = root if isinstance(root, Source) else Source(str(root), "raw")
     agg, s = _raw_tables(con, src)
     s = _complete(agg, s)
-    mps = _numbered(agg.select(*_KEY).union(s.select(*_KEY)), "mp", _KEY)
+    mps = _numbered(agg.select(*MP_KEY).union(s.select(*MP_KEY)), "mp", MP_KEY)
     flows = _numbered(s, "flow", list(TUPLE))
     return Dataset(
         counters=agg, samples=_normalised(s, mps, flows), mps=mps, flows=flows, layout="raw"
@@ -640,15 +644,15 @@ def _compact_into(
             con.to_parquet(t, str(d))
 
     # The dictionaries, from one pass over the samples (a few thousand distinct rows).
-    sch = s.select(*_KEY, *TUPLE).schema()
-    seen = con.execute(s.select(*_KEY, *TUPLE).distinct())
-    seen_c = con.execute(agg.select(*_KEY).distinct())
+    sch = s.select(*MP_KEY, *TUPLE).schema()
+    seen = con.execute(s.select(*MP_KEY, *TUPLE).distinct())
+    seen_c = con.execute(agg.select(*MP_KEY).distinct())
     keys = ibis.memtable(
-        pd.concat([seen_c, seen[_KEY]], ignore_index=True).drop_duplicates(),
-        schema={k: sch[k] for k in _KEY},
+        pd.concat([seen_c, seen[MP_KEY]], ignore_index=True).drop_duplicates(),
+        schema={k: sch[k] for k in MP_KEY},
     )
     tuples = ibis.memtable(seen[list(TUPLE)].drop_duplicates(), schema={k: sch[k] for k in TUPLE})
-    write(_numbered(keys, "mp", _KEY), "mps")
+    write(_numbered(keys, "mp", MP_KEY), "mps")
     write(_numbered(tuples, "flow", list(TUPLE)), "flows")
     c = agg
     # DuckDB sums BIGINT into HUGEINT, which Parquet stores as DOUBLE: keep the sums int64
@@ -656,7 +660,7 @@ def _compact_into(
     c = c.mutate(
         **{k: ops.Cast(c[k], to=dt.int64).to_expr() for k in ("packets", "bytes", "malformed")}
     )
-    write(c.order_by(["period", *_KEY]), "counters")
+    write(c.order_by(["period", *MP_KEY]), "counters")
     mps, flows = _read_dir(con, tmp / "mps"), _read_dir(con, tmp / "flows")
     periods = sorted({int(p) for p in con.execute(done)["period"]})
     for i in range(0, len(periods), periods_per_part):
@@ -691,6 +695,27 @@ def restrict(ds: Dataset, first: int, last: int) -> Dataset:
     )
 
 
+def execute(con: Any, expr: ir.Table) -> pd.DataFrame:
+    """expr's answer as a DataFrame. On Spark a final ORDER BY on columns is done here, in
+    pandas, on the answer: Spark sorts with a range shuffle that first runs the whole query
+    once more to sample its keys (a metric's answer is small next to its input)."""
+    op = expr.op()
+    if con.name != "pyspark" or not isinstance(op, ops.Sort):
+        return con.execute(expr)
+    keys = [k.arg for k in op.keys]
+    if not all(isinstance(k, ops.Field) and k.rel == op.parent for k in keys):
+        return con.execute(expr)
+    df = con.execute(op.parent.to_expr())
+    for k in reversed(op.keys):  # stable sorts, last key first: each NULL placed as asked
+        df = df.sort_values(
+            k.arg.name,
+            ascending=k.ascending,
+            na_position="first" if k.nulls_first else "last",
+            kind="stable",
+        )
+    return df.reset_index(drop=True)
+
+
 AUTO_BATCH = 100
 
 
@@ -705,14 +730,14 @@ def execute_by_periods(
     if batch is None:
         batch = AUTO_BATCH if con.name == "duckdb" and ds.layout == "compact" else 0
     if not batch:
-        return con.execute(build(ds))
+        return execute(con, build(ds))
     ps = con.execute(ds.counters.select("period").distinct().order_by("period"))["period"]
     ps = [int(p) for p in ps]
     if not ps:
-        return con.execute(build(ds))
+        return execute(con, build(ds))
     parts = []
     for i in range(0, len(ps), batch):
         chunk = ps[i : i + batch]
-        parts.append(con.execute(build(restrict(ds, chunk[0], chunk[-1]))))
+        parts.append(execute(con, build(restrict(ds, chunk[0], chunk[-1]))))
     df = pd.concat(parts, ignore_index=True)
     return df.astype(parts[0].dtypes.to_dict()) if len(parts[0]) else df

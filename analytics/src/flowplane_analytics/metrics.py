@@ -33,7 +33,7 @@ import ibis
 import ibis.expr.types as ir
 
 from .clusters import Cluster
-from .engine import TUPLE, Dataset
+from .engine import MP_KEY, TUPLE, Dataset
 from .topology import Network
 
 __all__ = ["TUPLE"]
@@ -77,7 +77,7 @@ def membership(net: Network, clusters: Sequence[Cluster]) -> tuple[ir.Table, ir.
 
 def _point_counters(ds: Dataset, aliases: ir.Table) -> ir.Table:
     c = ds.counters
-    j = c.join(aliases, ["probe", "ifname", "direction"])
+    j = c.join(aliases, MP_KEY)
     return j.group_by(["period", "point"]).agg(
         packets=j.packets.sum(),
         hash_bits=j.hash_bits.max(),
@@ -156,7 +156,7 @@ def missing_points(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Tabl
 
 def _mp_points(ds: Dataset, aliases: ir.Table) -> ir.Table:
     """(mp, point): the dataset's measurement-point ids that are points of the network."""
-    return ds.mps.join(aliases, ["probe", "ifname", "direction"]).select("mp", "point")
+    return ds.mps.join(aliases, MP_KEY).select("mp", "point")
 
 
 def _valid_samples(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
@@ -166,9 +166,12 @@ def _valid_samples(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Tabl
     pc = _point_counters(ds, aliases)
     mc = members.join(pc, "point")
     bits = mc.group_by(["ci", "period"]).agg(bits=mc.hash_bits.max(), ref=mc.hash_ref.min())
-    # mp → (ci, is_in): a few hundred rows, so the samples join on one integer
-    mpm = _mp_points(ds, aliases).join(members, "point").select("mp", "ci", "is_in")
-    sm = ds.samples.join(mpm, "mp").join(bits, ["ci", "period"])
+    # One small table per join (mp → probe interface → point → clusters): Spark sizes a join
+    # of joins as the product of their sizes, so a prejoined mp → cluster table is never
+    # broadcast and the samples are shuffled to meet it.
+    mem = members.select("point", "ci", "is_in")
+    sm = ds.samples.join(ds.mps, "mp").join(aliases, MP_KEY).join(mem, "point")
+    sm = sm.join(bits, ["ci", "period"])
     mask = (ibis.literal(1, "int64") << sm.bits.cast("int64")) - 1
     sm = sm.filter((sm.hash & mask) == (sm.ref & mask))
     return sm.select("ci", "is_in", "period", "mp", "hash", "tai_ns", "flow")
@@ -234,40 +237,41 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     counters row in the period (as loss's: the delay then comes from the points that are
     there), else "". A row per (period, cluster) with at least one pair."""
     p = _pairs(ds, members, aliases, points=False)
-    coll = p.group_by(["ci", "period"]).agg(
-        pairs=p.count(), collisions=p.collision.cast("int64").sum()
-    )
-    m = p.filter(~p.collision)
-    w = ibis.window(group_by=["ci", "period"], order_by=[m.in_ns, m.hash])
-    wr = ibis.window(group_by=["ci", "period"], order_by=[m.delay_ns, m.in_ns, m.hash])
-    wn = ibis.window(group_by=["ci", "period"])
-    m = m.mutate(
-        ipdv=(m.delay_ns - m.delay_ns.lag().over(w)).abs(),
+    # One pass over the pairs (Spark would compute them again for a second consumer): the
+    # windows are partitioned by collision too, so over the matches they see only matches.
+    key = ["ci", "period", "collision"]
+    w = ibis.window(group_by=key, order_by=[p.in_ns, p.hash])
+    wr = ibis.window(group_by=key, order_by=[p.delay_ns, p.in_ns, p.hash])
+    wn = ibis.window(group_by=key, order_by=[p.delay_ns, p.in_ns, p.hash], rows=(None, None))
+    p = p.mutate(
+        ipdv=(p.delay_ns - p.delay_ns.lag().over(w)).abs(),
         rank=ibis.row_number().over(wr) + 1,  # 1-based rank by delay
-        n=m.count().over(wn),
+        n=p.count().over(wn),  # the sort of rank's window: no sort of its own
     )
+    match = ~p.collision.fill_null(True)  # a NULL 5-tuple field: not a match
+
+    def of_matches(v: ir.Value) -> ir.Value:
+        return ibis.ifelse(match, v, ibis.null(v.type()))
 
     def nearest_rank(pct: int) -> ir.IntegerValue:
         # the smallest delay whose rank is at least ceil(pct/100 · n), in integers
-        need = (m.n * pct + 99) // 100
-        return ibis.ifelse(m.rank >= need, m.delay_ns, ibis.null("int64")).min()
+        need = (p.n * pct + 99) // 100
+        return ibis.ifelse(match & (p.rank >= need), p.delay_ns, ibis.null("int64")).min()
 
-    st = m.group_by(["ci", "period"]).agg(
-        matched=m.count(),
-        mean_ns=m.delay_ns.mean(),
-        min_ns=m.delay_ns.min(),
-        max_ns=m.delay_ns.max(),
+    st = p.group_by(["ci", "period"]).agg(
+        pairs=p.count(),
+        collisions=p.collision.cast("int64").sum(),
+        matched=match.cast("int64").sum(),
+        mean_ns=of_matches(p.delay_ns).mean(),
+        min_ns=of_matches(p.delay_ns).min(),
+        max_ns=of_matches(p.delay_ns).max(),
         p50_ns=nearest_rank(50),
         p99_ns=nearest_rank(99),
-        jitter_ns=m.ipdv.mean(),
+        jitter_ns=of_matches(p.ipdv).mean(),
     )
     e = _expected(ds, members, aliases)
     miss = e.group_by(["ci", "period"]).agg(missing=e.packets.isnull().cast("int64").sum())
-    out = (
-        coll.left_join(st, ["ci", "period"])
-        .left_join(miss, ["ci", "period"])
-        .join(_names(members), "ci")
-    )
+    out = st.left_join(miss, ["ci", "period"]).join(_names(members), "ci")
     out = out.select(
         "period",
         "cluster",
@@ -282,7 +286,7 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
         "jitter_ns",
         alarm=ibis.cases((out.missing.fill_null(0) > 0, "missing_points"), else_=""),
     )
-    return out.mutate(matched=out.matched.fill_null(0)).order_by(["period", "cluster"])
+    return out.order_by(["period", "cluster"])
 
 
 def matched_delays(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
