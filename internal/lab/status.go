@@ -113,7 +113,7 @@ func (l *Lab) Status() (*Status, error) {
 			if err != nil {
 				// No counters file: the relay never started or its files are gone. Say so in the
 				// status rather than failing it.
-				r = &RelayStatus{Netns: l.relayNetns(link)}
+				r = &RelayStatus{Netns: l.relayNetns(link), Log: l.relayFile(link, "log")}
 			}
 			ls.Relay = r
 		}
