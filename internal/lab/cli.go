@@ -227,14 +227,15 @@ func printStatus(out io.Writer, s *Status) error {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "LINK\tMTU\tRATE\tLOSS")
+	// One value for both directions, or A → B's / B → A's where they differ.
+	both := func(a, b string) string {
+		if a == b {
+			return a
+		}
+		return a + " / " + b
+	}
 	for _, l := range s.Links {
-		rate, loss := "-", "-"
-		if l.Rate != "" {
-			rate = l.Rate
-		}
-		if l.Loss > 0 {
-			loss = fmt.Sprintf("%g%%", l.Loss)
-		}
+		rate, loss := both(cmp.Or(l.Rate, "-"), cmp.Or(l.BToARate, "-")), both(percentOrDash(l.Loss), percentOrDash(l.BToALoss))
 		fmt.Fprintf(w, "%s — %s\t%d\t%s\t%s\n", l.A, l.B, l.MTU, rate, loss)
 	}
 	relays := false
@@ -267,6 +268,13 @@ func printStatus(out io.Writer, s *Status) error {
 		}
 	}
 	return w.Flush()
+}
+
+func percentOrDash(p float64) string {
+	if p == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%g%%", p)
 }
 
 // relayWarnings says which links' relays no longer relay and will not again by themselves.
