@@ -12,7 +12,8 @@
 //
 // Tables go to stdout (ratios against fifo / the baseline of the same run), flows to
 // bench/results/prio/*.jsonl, plots to bench/results/prio/*.png, a summary to
-// bench/results/prio.json. Run as root: go run ./bench/prio [-exp fair,fct,cost] [-d 60s].
+// bench/results/prio.json; with the receivers' links delayed (-delay), under the name prio-wan
+// instead (bench/prio-wan). Run as root: go run ./bench/prio [-exp fair,fct,cost] [-d 60s].
 package main
 
 import (
