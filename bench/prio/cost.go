@@ -166,7 +166,7 @@ func (b *bench) classifierCost() error {
 		}
 	}
 	t := &report.Table{
-		Title:   "Cost: classifier ns/packet (BPF_PROG_TEST_RUN, a data segment with timestamps and the option)",
+		Title:   "Cost: classifier ns/packet (BPF_PROG_TEST_RUN, a data segment with timestamps and the option)" + b.delayNote(),
 		Columns: []string{"program", "ns/packet (median of passes)", "passes min–max", "ratio to empty", "added ns"},
 	}
 	data := map[string]float64{}
@@ -178,7 +178,7 @@ func (b *bench) classifierCost() error {
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d interleaved passes of %d runs of each program, one flow on one CPU (its state stays in the table, and in the CPU's flow cache: the established path); ratio and added ns from the medians.", passes, repeat))
 	b.table(t)
-	b.res.Data["classifier_ns_per_packet"] = data
+	b.res.Data[b.key("classifier_ns_per_packet")] = data
 	return nil
 }
 
@@ -244,7 +244,7 @@ func (b *bench) throughputCost(ctx context.Context, mode string) error {
 		}
 	}
 	t := &report.Table{
-		Title:   "Cost: one TCP flow through an unshaped r1, " + offloadShort[mode] + " (median of interleaved rounds)",
+		Title:   "Cost: one TCP flow through an unshaped r1, " + offloadShort[mode] + b.delayNote() + " (median of interleaved rounds)",
 		Columns: []string{"arm", "Gbit/s", "ratio to plain", "ratio to its baseline, per round: median (min–max)", "geometric mean (95 % interval)", "CPU s / Gbit", "Gbit per CPU s, ratio to plain", "segments resent / s"},
 	}
 	base, baseCPU := percentile(got[arms[0].name], 50), percentile(cpuPerGbit[arms[0].name], 50)
@@ -265,9 +265,9 @@ func (b *bench) throughputCost(ctx context.Context, mode string) error {
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("%d rounds of iperf3 (congestion control: %s), each round starting one arm later, %v after %v of warm-up, the sender, r1, r2 and the receiver on one CPU; %s. Ratio to its baseline: each round's goodput over the same round's HTB (fifo) for the arms over HTB, over plain forwarding for the others: median (min–max), and geometric mean with its 95 %% interval. CPU: the whole machine's busy time (/proc/stat) in the window per gigabit moved.", rounds, b.c.costCC, costWindow, costWarmUp, offloadTitle[mode]))
 	b.table(t)
-	b.res.Data["throughput_bps_"+offloadKey[mode]] = got
-	b.res.Data["cpu_s_per_gbit_"+offloadKey[mode]] = cpuPerGbit
-	b.res.Data["resent_per_s_"+offloadKey[mode]] = resent
+	b.res.Data[b.key("throughput_bps_"+offloadKey[mode])] = got
+	b.res.Data[b.key("cpu_s_per_gbit_"+offloadKey[mode])] = cpuPerGbit
+	b.res.Data[b.key("resent_per_s_"+offloadKey[mode])] = resent
 	return nil
 }
 

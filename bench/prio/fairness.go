@@ -19,7 +19,7 @@ import (
 // sender, per scheme, the schemes taking turns in each of -runs rounds.
 func (b *bench) fairness(ctx context.Context) error {
 	for _, n := range b.c.flows {
-		title := fmt.Sprintf("Fairness: %d long-lived flows, %s bottleneck, %s window", n, fmtRate(b.c.rate), b.c.dur)
+		title := fmt.Sprintf("Fairness: %d long-lived flows, %s bottleneck%s, %s window", n, fmtRate(b.c.rate), b.delayNote(), b.c.dur)
 		cols := []string{"scheme", "mean Mbit/s", "std Mbit/s", "std / fair", "Jain", "utilization", "utilization / fair", "band changes / flow / s", "retransmitted %", "received twice %", "flows measured"}
 		if b.c.runs > 1 {
 			title += fmt.Sprintf(", median of %d runs", b.c.runs)
@@ -99,12 +99,12 @@ func (b *bench) fairness(ctx context.Context) error {
 			t.Notes = append(t.Notes, "Each cell is the median over the runs; the schemes took turns in every run.")
 		}
 		b.table(t)
-		b.res.Data[fmt.Sprintf("fairness_%d_bps", n)] = pooled
-		file, title := fmt.Sprintf("fairness-%d.png", n), fmt.Sprintf("Per-flow goodput, %d flows", n)
+		b.res.Data[b.key(fmt.Sprintf("fairness_%d_bps", n))] = pooled
+		file, title := fmt.Sprintf("fairness-%d%s.png", n, b.tag()), fmt.Sprintf("Per-flow goodput, %d flows", n)
 		if err := plotCDFs(b.out, file, title, "Mbit/s", pooled, b.c.schemes, 1e-6); err != nil {
 			return err
 		}
-		t.Plots = append(t.Plots, report.Plot{Title: title, File: "prio/" + file})
+		t.Plots = append(t.Plots, report.Plot{Title: title, File: b.name + "/" + file})
 	}
 	return nil
 }

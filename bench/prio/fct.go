@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flowplane/flowplane/bench/report"
@@ -60,7 +61,7 @@ func (b *bench) fct(ctx context.Context) error {
 							raw = append(raw, line)
 						}
 					}
-					return b.saveJSONL(fmt.Sprintf("fct-%s-%g-%s.jsonl", w, load*100, filepath.Base(scheme)), raw)
+					return b.saveJSONL(fmt.Sprintf("fct-%s-%g-%s%s.jsonl", w, load*100, filepath.Base(scheme), b.tag()), raw)
 				})
 				if err != nil {
 					return err
@@ -83,7 +84,7 @@ func (b *bench) fct(ctx context.Context) error {
 				}
 				t.Add(scheme, ratio(c.smallMean, base.smallMean), ratio(c.smallP99, base.smallP99),
 					ratio(c.medMean, base.medMean), ratio(c.medP99, base.medP99), ratio(c.largeMean, base.largeMean), done, unfinished)
-				if scheme == "backlog" && load == 0.8 {
+				if scheme == "backlog" && load == 0.8 && b.delay == 0 {
 					// docs/prio.md's goals: at 80 % load backlog cuts small flows' tail below
 					// fifo's and fair's, large flows paying at most 10 % against fair.
 					t.Goal(report.AtMost("small p99 / fifo's", div(c.smallP99, base.smallP99), 0.5),
@@ -91,7 +92,10 @@ func (b *bench) fct(ctx context.Context) error {
 						report.AtMost("large mean / fair's", div(c.largeMean, fair.largeMean), 1.1))
 				}
 			}
-			t.Notes = append(t.Notes, fmt.Sprintf("Sizes capped at %g MB; %d background flows per sender; pias edges from the CDF (equal bytes per band): %v bytes. An unfinished flow (still running 30 s after arrivals stopped) counts in no mean.", b.c.capBytes/1e6, b.c.bg, pias))
+			t.Notes = append(t.Notes, fmt.Sprintf("Arrivals for %v per scheme; sizes capped at %g MB; %d background flows per sender; pias edges from the CDF (equal bytes per band): %v bytes. An unfinished flow (still running 30 s after arrivals stopped) counts in no mean.", b.c.fctDur, b.c.capBytes/1e6, b.c.bg, pias))
+			if b.delay > 0 {
+				t.Notes = append(t.Notes, "No goals here: docs/prio.md's FCT goals are stated for the lab's microsecond RTT; these rows are for comparison with it.")
+			}
 			b.table(t)
 			small := map[string][]float64{}
 			for s, fs := range flows {
@@ -101,11 +105,11 @@ func (b *bench) fct(ctx context.Context) error {
 					}
 				}
 			}
-			file, title := fmt.Sprintf("fct-%s-%g.png", w, load*100), fmt.Sprintf("Small-flow FCT, %s, load %g%%", w, load*100)
+			file, title := fmt.Sprintf("fct-%s-%g%s.png", w, load*100, b.tag()), fmt.Sprintf("Small-flow FCT, %s, load %g%%%s", w, load*100, b.delayNote())
 			if err := plotCDFs(b.out, file, title, "ms", small, b.c.fctSchemes, 1); err != nil {
 				return err
 			}
-			t.Plots = append(t.Plots, report.Plot{Title: title, File: "prio/" + file})
+			t.Plots = append(t.Plots, report.Plot{Title: title, File: b.name + "/" + file})
 		}
 	}
 	return nil
@@ -134,8 +138,19 @@ func classes(flows []Flow) fctClasses {
 
 // delayNote names the receivers' links' delay in titles, if any.
 func (b *bench) delayNote() string {
-	if b.c.delay == 0 {
+	if b.delay == 0 {
 		return ""
 	}
-	return fmt.Sprintf(", receivers' links delayed %v each way", b.c.delay)
+	return fmt.Sprintf(", receivers' links delayed %v each way", b.delay)
 }
+
+// tag tells apart the files of runs at different delays ("" at none, "-250us").
+func (b *bench) tag() string {
+	if b.delay == 0 {
+		return ""
+	}
+	return "-" + strings.ReplaceAll(b.delay.String(), "µ", "u")
+}
+
+// key is a results' data key, told apart by delay as the files are.
+func (b *bench) key(k string) string { return k + strings.ReplaceAll(b.tag(), "-", "_") }

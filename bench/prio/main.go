@@ -12,7 +12,8 @@
 //
 // Tables go to stdout (ratios against fifo / the baseline of the same run), flows to
 // bench/results/prio/*.jsonl, plots to bench/results/prio/*.png, a summary to
-// bench/results/prio.json. Run as root: go run ./bench/prio [-exp fair,fct,cost] [-d 60s].
+// bench/results/prio.json; with the receivers' links delayed (-delay), under the name prio-wan
+// instead (bench/prio-wan). Run as root: go run ./bench/prio [-exp fair,fct,cost] [-d 60s].
 package main
 
 import (
@@ -87,7 +88,7 @@ type config struct {
 	fifoLimit   int
 	bg          int
 	capBytes    float64
-	delay       time.Duration // one-way delay of the receivers' links (the lab's relay), 0: none
+	delays      []time.Duration // one-way delays of the receivers' links (the lab's relay), a lab each
 }
 
 func main() {
@@ -121,7 +122,7 @@ func main() {
 	flag.IntVar(&c.fifoLimit, "fifo-limit", 0, "packets in fifo's one queue (0: the router policy's default, as many as a band of the others)")
 	flag.IntVar(&c.bg, "bg", 2, "fct: long-lived background flows per sender")
 	flag.Float64Var(&c.capBytes, "cap", 30e6, "fct: largest flow size, bytes")
-	flag.DurationVar(&c.delay, "delay", 0, "one-way delay of the links to d1 and d2 (the lab's relay), for a longer RTT than the lab's microseconds, e.g. 250us")
+	delays := flag.String("delay", "0", "one-way delays of the links to d1 and d2 (the lab's relay), for a longer RTT than the lab's microseconds, e.g. 250us; several (250us,500us): the experiments run once per delay, each on a lab of its own. Any delay but 0 saves the results as prio-wan, not prio")
 	flag.Parse()
 	if c.runs < 1 {
 		fmt.Fprintf(os.Stderr, "-runs: %d is not a number of rounds (give 1 or more)\n", c.runs)
@@ -178,6 +179,17 @@ func main() {
 		}
 		c.loads = append(c.loads, f)
 	}
+	for _, s := range split(*delays) {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 || d > time.Second || slices.Contains(c.delays, d) {
+			fmt.Fprintf(os.Stderr, "-delay: %q: give durations from 0 to 1s, each once (e.g. 250us,500us)\n", s)
+			os.Exit(2)
+		}
+		c.delays = append(c.delays, d)
+	}
+	if len(c.delays) == 0 {
+		c.delays = []time.Duration{0}
+	}
 	if c.rate, err = units.ParseRate(*rate); err != nil {
 		fmt.Fprintf(os.Stderr, "-rate: %v\n", err)
 		os.Exit(2)
@@ -201,14 +213,25 @@ type bench struct {
 	self      string
 	cg        string
 	host      string
-	bneck     string   // r1's device towards r2
-	r1In      string   // r1's device towards the first sender
-	senders   []string // s1, s2
-	senderDev []string // their interfaces
-	dsts      string   // receivers' sink addresses, comma-separated
-	pin       string   // if set, iperf3 runs on this CPU list (taskset)
-	out       string   // bench/results/prio
+	bneck     string        // r1's device towards r2
+	r1In      string        // r1's device towards the first sender
+	senders   []string      // s1, s2
+	senderDev []string      // their interfaces
+	dsts      string        // receivers' sink addresses, comma-separated
+	pin       string        // if set, iperf3 runs on this CPU list (taskset)
+	delay     time.Duration // the receivers' links' one-way delay
+	name      string        // the results' name: prio or prio-wan
+	out       string        // bench/results/<name>
 	res       *report.Result
+}
+
+// resultName is where a run's results go: prio, or prio-wan when a receivers' link is delayed,
+// so that a run at a longer RTT never replaces the lab's own figures.
+func resultName(c config) string {
+	if slices.ContainsFunc(c.delays, func(d time.Duration) bool { return d > 0 }) {
+		return "prio-wan"
+	}
+	return "prio"
 }
 
 func run(ctx context.Context, c config) error {
@@ -219,23 +242,38 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{c: c, self: self, senders: []string{"s1", "s2"},
-		res: &report.Result{Name: "prio", Time: time.Now().UTC(), Data: map[string]any{}}}
-	b.out, err = filepath.Abs("bench/results/prio")
+	name := resultName(c)
+	res := &report.Result{Name: name, Time: time.Now().UTC(), Data: map[string]any{}}
+	out, err := filepath.Abs(filepath.Join("bench/results", name))
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(b.out, 0o755); err != nil {
+	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
+	for _, d := range c.delays {
+		b := &bench{c: c, self: self, senders: []string{"s1", "s2"}, res: res, name: name, out: out, delay: d}
+		if err := b.run(ctx); err != nil {
+			return err
+		}
+	}
+	return report.Save(*res)
+}
+
+// run builds the dumbbell, with the receivers' links delayed by b.delay, and runs the
+// experiments on it.
+func (b *bench) run(ctx context.Context) error {
+	c := b.c
 	tag := make([]byte, 3)
 	_, _ = rand.Read(tag)
 	name := "pb" + hex.EncodeToString(tag)
 	yaml := topology
-	if c.delay > 0 {
+	if b.delay > 0 {
 		// The receivers' links, after the bottleneck: the prio router's HTB on r1 stays what it is.
-		yaml = strings.Replace(yaml, "  - endpoints: [r2, d1]\n", fmt.Sprintf("  - endpoints: [r2, d1]\n    delay: %v\n", c.delay), 1)
-		yaml = strings.Replace(yaml, "  - endpoints: [r2, d2]\n", fmt.Sprintf("  - endpoints: [r2, d2]\n    delay: %v\n", c.delay), 1)
+		for _, d := range []string{"d1", "d2"} {
+			link := fmt.Sprintf("  - endpoints: [r2, %s]\n", d)
+			yaml = strings.Replace(yaml, link, fmt.Sprintf("%s    delay: %v\n", link, b.delay), 1)
+		}
 	}
 	top, err := lab.Parse("bench-prio.yaml", []byte(yaml), name)
 	if err != nil {
@@ -304,7 +342,7 @@ func run(ctx context.Context, c config) error {
 			return fmt.Errorf("%s: %w", e, err)
 		}
 	}
-	return report.Save(*b.res)
+	return nil
 }
 
 // offload turns TSO and GSO on or off on sender i's interface.

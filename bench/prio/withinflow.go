@@ -157,7 +157,7 @@ func (b *bench) throughputWithinFlow(ctx context.Context, mode string) error {
 // flowTable reports each state's goodput against plain forwarding's in the same cycle.
 func (b *bench) flowTable(mode string, states []flowState, period time.Duration, got map[string][]float64) {
 	t := &report.Table{
-		Title:   "Cost within one flow: one iperf3 flow through an unshaped r1, " + offloadShort[mode],
+		Title:   "Cost within one flow: one iperf3 flow through an unshaped r1, " + offloadShort[mode] + b.delayNote(),
 		Columns: []string{"state", "Gbit/s (median)", "ratio to plain, per cycle: geometric mean (95 % interval)", "median (min–max)"},
 	}
 	plain := got[states[0].name]
@@ -176,7 +176,7 @@ func (b *bench) flowTable(mode string, states []flowState, period time.Duration,
 	}
 	t.Notes = append(t.Notes, fmt.Sprintf("One iperf3 flow (%s; one CPU, as above; %s) held each state for %v, of which the last %v counted (goodput: bytes the receiving socket took), in %d cycles of all states, each cycle starting one state later. The writers are detached and attached on a cgroup of its own (the connection keeps its callbacks; off, the kernel's callback finds no program), the programs on r1's tcx egress likewise.", b.c.costCC, offloadTitle[mode], period, period-period/5, len(plain)))
 	b.table(t)
-	b.res.Data["within_flow_bps_"+offloadKey[mode]] = got
+	b.res.Data[b.key("within_flow_bps_"+offloadKey[mode])] = got
 }
 
 // flowObjects are the programs the within-flow states switch.

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -192,6 +193,11 @@ func statusCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// A relay that is given up or unsupervised leaves its link carrying nothing: said on
+			// stderr too, whatever the format.
+			for _, w := range relayWarnings(s) {
+				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+			}
 			if asJSON {
 				return cli.WriteJSON(cmd.OutOrStdout(), s)
 			}
@@ -221,14 +227,15 @@ func printStatus(out io.Writer, s *Status) error {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "LINK\tMTU\tRATE\tLOSS")
+	// One value for both directions, or A → B's / B → A's where they differ.
+	both := func(a, b string) string {
+		if a == b {
+			return a
+		}
+		return a + " / " + b
+	}
 	for _, l := range s.Links {
-		rate, loss := "-", "-"
-		if l.Rate != "" {
-			rate = l.Rate
-		}
-		if l.Loss > 0 {
-			loss = fmt.Sprintf("%g%%", l.Loss)
-		}
+		rate, loss := both(cmp.Or(l.Rate, "-"), cmp.Or(l.BToARate, "-")), both(percentOrDash(l.Loss), percentOrDash(l.BToALoss))
 		fmt.Fprintf(w, "%s — %s\t%d\t%s\t%s\n", l.A, l.B, l.MTU, rate, loss)
 	}
 	relays := false
@@ -239,11 +246,15 @@ func printStatus(out io.Writer, s *Status) error {
 		if !relays {
 			relays = true
 			fmt.Fprintln(w)
-			fmt.Fprintln(w, "RELAY\tDIRECTION\tIMPAIRMENT\tPID\tRX\tTX\tDELAYED\tLOST\tDUPLICATED\tREORDERED\tCORRUPTED\tOVERFLOW\tQUEUE")
+			fmt.Fprintln(w, "RELAY\tDIRECTION\tIMPAIRMENT\tSTATE\tRESTARTS\tPID\tRX\tTX\tDELAYED\tLOST\tDUPLICATED\tREORDERED\tCORRUPTED\tOVERFLOW\tQUEUE")
 		}
 		pid := strconv.Itoa(l.Relay.PID)
 		if !l.Relay.Alive {
 			pid += " (dead)"
+		}
+		state := l.Relay.State
+		if state == relayFailed || state == relayDead || state == "" {
+			state = strings.ToUpper(cmp.Or(state, "not started"))
 		}
 		for _, d := range []struct {
 			name string
@@ -252,11 +263,40 @@ func printStatus(out io.Writer, s *Status) error {
 		}{{l.A + " → " + l.B, l.AToB, l.Relay.AToB}, {l.B + " → " + l.A, l.BToA, l.Relay.BToA}} {
 			im := fmt.Sprintf("delay %s ± %s %s, reorder %g%%, duplicate %g%%, corrupt %g%%, loss %s", d.im.Delay, d.im.Jitter,
 				d.im.Distribution, d.im.Reorder, d.im.Duplicate, d.im.Corrupt, d.im.LossModel)
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", l.Relay.Netns, d.name, im, pid,
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", l.Relay.Netns, d.name, im, state, l.Relay.Restarts, pid,
 				d.c.RxPackets, d.c.TxPackets, d.c.Delayed, d.c.Lost, d.c.Duplicated, d.c.Reordered, d.c.Corrupted, d.c.Overflow, d.c.Queue)
 		}
 	}
 	return w.Flush()
+}
+
+func percentOrDash(p float64) string {
+	if p == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%g%%", p)
+}
+
+// relayWarnings says which links' relays no longer relay and will not again by themselves.
+func relayWarnings(s *Status) []string {
+	var ws []string
+	for _, l := range s.Links {
+		r := l.Relay
+		if r == nil {
+			continue
+		}
+		switch r.State {
+		case relayFailed:
+			ws = append(ws, fmt.Sprintf("the relay of link %s — %s FAILED: it died %d times in a row, each within %v of its start (last: %s), "+
+				"and was given up; the link carries nothing. Its log: %s. `flowplane lab down %s` and up again restart it",
+				l.A, l.B, relayMaxStreak, relayStable, r.LastExit, r.Log, s.Name))
+		case relayDead, "":
+			ws = append(ws, fmt.Sprintf("the relay of link %s — %s is not supervised (its supervisor was killed or never started); "+
+				"the link carries nothing if its relay is dead too. Its log: %s. `flowplane lab down %s` and up again restart it",
+				l.A, l.B, r.Log, s.Name))
+		}
+	}
+	return ws
 }
 
 func execCmd() *cobra.Command {

@@ -53,7 +53,7 @@ func Parse(file string, data []byte, name string) (*topo.Topology, error) {
 func check(t *topo.Topology) topo.Errors {
 	var errs topo.Errors
 	for _, l := range t.Links {
-		if l.A.Node.XDP && l.B.Node.XDP && (l.Rate > 0 || l.HasLoss) {
+		if l.A.Node.XDP && l.B.Node.XDP && (l.A.Rate > 0 || l.B.Rate > 0 || l.A.HasLoss || l.B.HasLoss) {
 			errs = append(errs, topo.Error{File: t.File, Line: l.Line, Field: fmt.Sprintf("links[%d]", l.Index),
 				Msg: fmt.Sprintf("a link between two xdp nodes (%s, %s) cannot have a rate or loss: XDP redirects skip the "+
 					"sender's qdisc and the receiver's XDP runs before its ingress, so nothing could impair it; "+

@@ -193,6 +193,17 @@ links:
 	if err == nil || !strings.Contains(err.Error(), "x.yaml:6: links[0]: a link between two xdp nodes") {
 		t.Fatalf("Parse: %v", err)
 	}
+	// Nor can one direction of it, through an endpoint's own rate.
+	_, err = lab.Parse("x.yaml", []byte(`
+nodes:
+  r1: {kind: router, xdp: true}
+  r2: {kind: router, xdp: true}
+links:
+  - endpoints: [r1, {node: r2, rate: 10mbit}]
+`), "fpxx")
+	if err == nil || !strings.Contains(err.Error(), "x.yaml:6: links[0]: a link between two xdp nodes") {
+		t.Fatalf("Parse with an endpoint's rate: %v", err)
+	}
 }
 
 func TestUpRefusesNameInUse(t *testing.T) {

@@ -72,14 +72,14 @@ func ensureClsact(dev netlink.Link) error {
 	return nil
 }
 
-// loadLoss loads the loss programs with the probability of ifc's link, lets attach attach one,
+// loadLoss loads the loss programs with the loss of what ifc sends, lets attach attach one,
 // and pins the counters as ifc's (the sending end's).
 func (l *Lab) loadLoss(ifc *topo.Iface, attach func(*lossObjects) error) error {
 	spec, err := loadLoss()
 	if err != nil {
 		return fmt.Errorf("load loss program spec: %w", err)
 	}
-	if err := spec.Variables["loss_threshold"].Set(lossThreshold(ifc.Link.Loss)); err != nil {
+	if err := spec.Variables["loss_threshold"].Set(lossThreshold(ifc.Loss)); err != nil {
 		return fmt.Errorf("set loss threshold: %w", err)
 	}
 	var objs lossObjects

@@ -122,33 +122,34 @@ func (l *Lab) setupIface(ifc *topo.Iface) error {
 			return err
 		}
 	}
-	// A link's rate and loss apply to what each end sends. What an xdp node sends may leave
-	// by XDP redirect, which skips its qdisc and clsact: that direction is impaired where it
-	// arrives instead (check refuses links between two xdp nodes).
-	shapeHere := ifc.Link.Rate > 0 && !ifc.Node.XDP
-	if (ifc.Node.XDP || ifc.Peer().Node.XDP) && !shapeHere {
+	// A link's rate and loss apply to what each end sends (each end's own, if it gives them).
+	// What an xdp node sends may leave by XDP redirect, which skips its qdisc and clsact: that
+	// direction is impaired where it arrives instead (check refuses links between two xdp nodes).
+	peer := ifc.Peer()
+	shapeHere := ifc.Rate > 0 && !ifc.Node.XDP
+	if (ifc.Node.XDP || peer.Node.XDP) && !shapeHere {
 		if err := addQueue(dev); err != nil {
 			return err
 		}
 	}
 	if shapeHere {
-		if err := shape(dev, ifc.Link.Rate); err != nil {
+		if err := shape(dev, ifc.Rate); err != nil {
 			return err
 		}
 	}
-	if ifc.Link.HasLoss && !ifc.Node.XDP && !ifc.Link.Impaired() { // a relay does its link's loss
+	if ifc.HasLoss && !ifc.Node.XDP && !ifc.Link.Impaired() { // a relay does its link's loss
 		if err := l.attachLoss(ifc, dev); err != nil {
 			return err
 		}
 	}
-	if ifc.Peer().Node.XDP {
-		if ifc.Link.HasLoss {
+	if peer.Node.XDP {
+		if peer.HasLoss {
 			if err := l.attachLossXDP(ifc, dev); err != nil {
 				return err
 			}
 		}
-		if ifc.Link.Rate > 0 {
-			if err := shapeIngress(dev, l.ifbName(ifc), ifc.Link.Rate); err != nil {
+		if peer.Rate > 0 {
+			if err := shapeIngress(dev, l.ifbName(ifc), peer.Rate); err != nil {
 				return err
 			}
 		}
@@ -183,7 +184,7 @@ func (l *Lab) addRoutes(n *topo.Node) error {
 // lossy is true when some link of the lab drops packets with the loss program.
 func (l *Lab) lossy() bool {
 	for _, link := range l.Topology.Links {
-		if link.Loss > 0 && !link.Impaired() {
+		if (link.A.Loss > 0 || link.B.Loss > 0) && !link.Impaired() {
 			return true
 		}
 	}

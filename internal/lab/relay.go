@@ -1,9 +1,9 @@
 package lab
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,9 +23,10 @@ import (
 // An impaired link (topo.Link.Impaired: delay, jitter, reorder, duplicate, corrupt or gemodel
 // loss) is built as A — veth — [relay namespace] — veth — B. The relay namespace
 // "fp-<lab>-_link<N>" holds the two inner ends, fpa (A's side) and fpb, and a relay process
-// (relayrun.go) that moves frames between them through the impairment engine, per direction.
-// `lab down` finds the namespace as the lab's, kills the relay with the nodes' processes and
-// deletes it, and removes the relay directory (counters and logs).
+// (relayrun.go) that moves frames between them through the impairment engine, per direction,
+// under a supervisor that starts it again if it dies (relaysup.go). `lab down` finds the
+// namespace as the lab's, kills the supervisor and the relay with the nodes' processes and
+// deletes it, and removes the relay directory (counters, supervisor states and logs).
 
 const relayIfA, relayIfB = "fpa", "fpb"
 
@@ -97,13 +98,13 @@ func (l *Lab) addRelayedLink(link *topo.Link) error {
 	})
 }
 
-// startRelay runs the link's relay process in its namespace, detached (it outlives lab up), and
-// waits until it is receiving.
+// startRelay runs the link's relay supervisor in its namespace, detached (it outlives lab up),
+// and waits until its relay is receiving.
 func (l *Lab) startRelay(link *topo.Link) error {
 	if err := os.MkdirAll(relayRunDir(l.Name()), 0o755); err != nil {
 		return err
 	}
-	cfg := relayConfig{Stats: l.relayFile(link, "stats"), MTU: link.MTU, Dirs: [2]relayDirConfig{
+	cfg := relayConfig{Stats: l.relayFile(link, "stats"), Supervisor: l.relayFile(link, "supervisor"), MTU: link.MTU, Dirs: [2]relayDirConfig{
 		{In: relayIfA, Out: relayIfB, Params: link.A.Params(0)},
 		{In: relayIfB, Out: relayIfA, Params: link.B.Params(0)},
 	}}
@@ -124,7 +125,7 @@ func (l *Lab) startRelay(link *topo.Link) error {
 	}
 	defer logf.Close()
 	cmd := exec.Command(self)
-	cmd.Args = []string{"flowplane-lab-relay"}
+	cmd.Args = []string{"flowplane-lab-relay-supervisor"}
 	cmd.Env = append(os.Environ(), relayEnv+"="+string(data))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -133,8 +134,8 @@ func (l *Lab) startRelay(link *topo.Link) error {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }() // reaps it if it dies while this process lives
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if st, err := readRelay(cfg.Stats); err == nil && st.PID == cmd.Process.Pid {
+	for deadline := time.Now().Add(relayStartTimeout + time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if sup, err := readSupervisor(cfg.Supervisor); err == nil && sup.PID == cmd.Process.Pid && sup.State == relayRunning {
 			return nil
 		}
 		select {
@@ -144,18 +145,24 @@ func (l *Lab) startRelay(link *topo.Link) error {
 		default:
 		}
 		if time.Now().After(deadline) {
-			return errors.New("relay did not start within 10 s")
+			return fmt.Errorf("relay did not start within %v", relayStartTimeout+time.Second)
 		}
 	}
 }
 
-// RelayStatus is an impaired link's relay: its process and its counters per direction.
+// RelayStatus is an impaired link's relay: its process, its supervisor's state and its counters
+// per direction (counted since lab up, across restarts).
 type RelayStatus struct {
-	Netns string        `json:"netns"`
-	PID   int           `json:"pid"`
-	Alive bool          `json:"alive"`
-	AToB  RelayCounters `json:"a_to_b"`
-	BToA  RelayCounters `json:"b_to_a"`
+	Netns         string        `json:"netns"`
+	PID           int           `json:"pid"`
+	Alive         bool          `json:"alive"`
+	SupervisorPID int           `json:"supervisor_pid"`
+	State         string        `json:"state"` // starting, running, restarting, failed, or dead: the supervisor is gone
+	Restarts      int           `json:"restarts"`
+	LastExit      string        `json:"last_exit,omitempty"` // how the last relay that died ended
+	Log           string        `json:"log"`
+	AToB          RelayCounters `json:"a_to_b"`
+	BToA          RelayCounters `json:"b_to_a"`
 }
 
 // readRelay reads a relay's counters file.
@@ -176,16 +183,38 @@ func readRelay(path string) (*RelayStatus, error) {
 			}
 		}
 	}
-	st.Alive = syscall.Kill(st.PID, 0) == nil
+	st.Alive = alive(st.PID)
 	return st, nil
 }
 
 // Relay returns the status of an impaired link's relay.
 func (l *Lab) Relay(link *topo.Link) (*RelayStatus, error) {
-	st, err := readRelay(l.relayFile(link, "stats"))
+	sup, err := readSupervisor(l.relayFile(link, "supervisor"))
 	if err != nil {
 		return nil, fmt.Errorf("relay of link %d: %w", link.Index, err)
 	}
-	st.Netns = l.relayNetns(link)
+	st, err := readRelay(l.relayFile(link, "stats"))
+	if err != nil {
+		st = &RelayStatus{} // its first relay has not written its counters yet
+	}
+	st.Netns, st.Log = l.relayNetns(link), l.relayFile(link, "log")
+	st.SupervisorPID, st.State, st.Restarts, st.LastExit = sup.PID, sup.State, sup.Restarts, sup.LastExit
+	if sup.State != relayFailed && !alive(sup.PID) {
+		st.State = relayDead
+	}
 	return st, nil
+}
+
+// alive says whether process pid runs: exists and has not exited (a zombie waits for its parent
+// to reap it, which for a process whose parent died may be a while).
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(data, ')')
+	return i >= 0 && i+2 < len(data) && data[i+2] != 'Z' && data[i+2] != 'X'
 }

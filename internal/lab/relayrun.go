@@ -20,15 +20,17 @@ import (
 // The relay process: `lab up` starts one per impaired link, in the link's relay namespace,
 // by running its own executable with relayEnv set to the relay's configuration (JSON). Any
 // binary that links this package (flowplane, a test, a benchmark) therefore runs a relay the
-// same way, without a command line of its own: init sees the variable, relays until killed, and
-// exits.
+// same way, without a command line of its own: init sees the variable and supervises the relay
+// (relaysup.go), which is the same executable again with relayWorkerEnv set too: it relays until
+// killed, and exits.
 const relayEnv = "FLOWPLANE_LAB_RELAY"
 
 // relayConfig is what a relay process is told.
 type relayConfig struct {
-	Stats string            `json:"stats"` // its counters file
-	MTU   int               `json:"mtu"`
-	Dirs  [2]relayDirConfig `json:"dirs"`
+	Stats      string            `json:"stats"`      // its counters file
+	Supervisor string            `json:"supervisor"` // its supervisor's state file
+	MTU        int               `json:"mtu"`
+	Dirs       [2]relayDirConfig `json:"dirs"`
 }
 
 // relayDirConfig is one direction: frames received on In leave by Out, impaired by Params.
@@ -43,8 +45,12 @@ func init() {
 	if cfg == "" {
 		return
 	}
-	if err := runRelay(cfg); err != nil {
-		slog.Error("lab relay", "err", err)
+	run, what := superviseRelay, "lab relay supervisor"
+	if os.Getenv(relayWorkerEnv) != "" {
+		run, what = runRelay, "lab relay"
+	}
+	if err := run(cfg); err != nil {
+		slog.Error(what, "err", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
@@ -82,11 +88,16 @@ func runRelay(cfgJSON string) error {
 	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	f, err := os.OpenFile(cfg.Stats, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	// The supervisor made the file; a relay started again goes on from its predecessor's counters.
+	f, err := os.OpenFile(cfg.Stats, os.O_RDWR, 0o644)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	var carried [2]RelayCounters
+	if st, err := readRelay(cfg.Stats); err == nil {
+		carried = [2]RelayCounters{st.AToB, st.BToA}
+	}
 	fds := map[string]int{}
 	for _, d := range cfg.Dirs {
 		for _, name := range []string{d.In, d.Out} {
@@ -102,7 +113,9 @@ func runRelay(cfgJSON string) error {
 	}
 	errc := make(chan error, 2)
 	for i, d := range cfg.Dirs {
-		r := &relayDir{in: fds[d.In], out: fds[d.Out], mtu: cfg.MTU, stats: f, off: int64(relayHeader + i*relayCountersSize)}
+		r := &relayDir{in: fds[d.In], out: fds[d.Out], mtu: cfg.MTU, stats: f, off: int64(relayHeader + i*relayCountersSize), base: carried[i]}
+		r.c = r.base
+		r.c.Queue = 0
 		r.params = d.Params
 		r.params.CorruptFrom = ethHeaderLen // a wire's frame check would catch a bad link header
 		r.params.KeepWhole = notIP          // ARP has no checksum: a bad reply would poison a cache
@@ -163,6 +176,7 @@ type relayDir struct {
 	params  impair.Params
 	stats   *os.File
 	off     int64
+	base    RelayCounters // a dead predecessor's counters, carried on
 	c       RelayCounters
 	free    []*[]byte
 }
@@ -256,8 +270,9 @@ func (r *relayDir) run() error {
 		out = out[:0]
 		if now-lastFlush >= relayFlush {
 			lastFlush = now
-			r.c.Delayed, r.c.Lost, r.c.Duplicated = sh.Delayed, sh.Lost, sh.Duplicated
-			r.c.Reordered, r.c.Corrupted, r.c.Overflow = sh.Reordered, sh.Corrupted, sh.Overflow
+			b := &r.base
+			r.c.Delayed, r.c.Lost, r.c.Duplicated = b.Delayed+sh.Delayed, b.Lost+sh.Lost, b.Duplicated+sh.Duplicated
+			r.c.Reordered, r.c.Corrupted, r.c.Overflow = b.Reordered+sh.Reordered, b.Corrupted+sh.Corrupted, b.Overflow+sh.Overflow
 			r.c.Queue = uint64(sh.Queued())
 			buf := make([]byte, 0, relayCountersSize)
 			buf, _ = binary.Append(buf, binary.LittleEndian, &r.c)

@@ -42,14 +42,18 @@ type IfaceStatus struct {
 	Loss       *LossCounters `json:"loss,omitempty"`
 }
 
-// LinkStatus is a link and its properties.
+// LinkStatus is a link and its properties. Rate and loss are what A sends, the BToA ones what B
+// sends: the same unless an endpoint gives its own.
 type LinkStatus struct {
-	A       string  `json:"a"`
-	B       string  `json:"b"`
-	MTU     int     `json:"mtu"`
-	Rate    string  `json:"rate,omitempty"`
-	RateBPS uint64  `json:"rate_bps,omitempty"`
-	Loss    float64 `json:"loss_percent"`
+	A           string  `json:"a"`
+	B           string  `json:"b"`
+	MTU         int     `json:"mtu"`
+	Rate        string  `json:"rate,omitempty"`
+	RateBPS     uint64  `json:"rate_bps,omitempty"`
+	Loss        float64 `json:"loss_percent"`
+	BToARate    string  `json:"b_to_a_rate,omitempty"`
+	BToARateBPS uint64  `json:"b_to_a_rate_bps,omitempty"`
+	BToALoss    float64 `json:"b_to_a_loss_percent"`
 	// The user-space impairments, per direction, and the relay that applies them (nil for a
 	// plain veth link).
 	AToB  *Impairment  `json:"a_to_b,omitempty"`
@@ -72,7 +76,7 @@ func impairmentStatus(ifc *topo.Iface) *Impairment {
 	e := ifc.Egress
 	im := &Impairment{Delay: e.Delay.String(), Jitter: e.Jitter.String(), Distribution: string(e.Distribution),
 		Reorder: e.Reorder, Duplicate: e.Duplicate, Corrupt: e.Corrupt, LossModel: "random"}
-	if g := ifc.Link.LossGE; g != nil {
+	if g := ifc.LossGE; g != nil {
 		im.LossModel = fmt.Sprintf("gemodel %g%% %g%% %g%% %g%%", 100*g.P, 100*g.R, 100*g.LossBad, 100*g.LossGood)
 	}
 	return im
@@ -89,7 +93,7 @@ func (l *Lab) Status() (*Status, error) {
 			if err := nsrun.Do(ns.Netns, func() error { return readIface(st.Device, &st) }); err != nil {
 				return nil, fmt.Errorf("%s %s: %w", n.Name, ifc.Name, err)
 			}
-			if ifc.Link.HasLoss {
+			if ifc.HasLoss { // the counters of what it sends
 				c, ok, err := l.ReadLoss(ifc)
 				if err != nil {
 					return nil, err
@@ -103,9 +107,13 @@ func (l *Lab) Status() (*Status, error) {
 		s.Nodes = append(s.Nodes, ns)
 	}
 	for _, link := range l.Topology.Links {
-		ls := LinkStatus{A: link.A.Node.Name + ":" + link.A.Name, B: link.B.Node.Name + ":" + link.B.Name, MTU: link.MTU, Loss: link.Loss, RateBPS: link.Rate}
-		if link.Rate > 0 {
-			ls.Rate = units.FormatRate(link.Rate)
+		ls := LinkStatus{A: link.A.Node.Name + ":" + link.A.Name, B: link.B.Node.Name + ":" + link.B.Name, MTU: link.MTU,
+			Loss: link.A.Loss, RateBPS: link.A.Rate, BToALoss: link.B.Loss, BToARateBPS: link.B.Rate}
+		if link.A.Rate > 0 {
+			ls.Rate = units.FormatRate(link.A.Rate)
+		}
+		if link.B.Rate > 0 {
+			ls.BToARate = units.FormatRate(link.B.Rate)
 		}
 		if link.Impaired() {
 			ls.AToB, ls.BToA = impairmentStatus(link.A), impairmentStatus(link.B)
@@ -113,7 +121,7 @@ func (l *Lab) Status() (*Status, error) {
 			if err != nil {
 				// No counters file: the relay never started or its files are gone. Say so in the
 				// status rather than failing it.
-				r = &RelayStatus{Netns: l.relayNetns(link)}
+				r = &RelayStatus{Netns: l.relayNetns(link), Log: l.relayFile(link, "log")}
 			}
 			ls.Relay = r
 		}

@@ -32,7 +32,7 @@ func build(file string, s *spec) (*Topology, error) {
 	}
 	for i, ls := range s.links {
 		field := fmt.Sprintf("links[%d].endpoints", i)
-		l := &Link{Index: i, Line: ls.line, MTU: ls.mtu, Rate: ls.rate, Loss: ls.loss, HasLoss: ls.hasLoss, LossGE: ls.lossGE}
+		l := &Link{Index: i, Line: ls.line, MTU: ls.mtu, Rate: ls.rl.rate, Loss: ls.rl.loss, HasLoss: ls.rl.hasLoss, LossGE: ls.rl.lossGE}
 		if l.MTU == 0 {
 			l.MTU = DefaultMTU
 		}
@@ -56,8 +56,9 @@ func build(file string, s *spec) (*Topology, error) {
 		ifaces := [2]*Iface{}
 		for j, e := range ls.ends {
 			n := byName[e.node]
+			rl := ls.rl.over(e.rl)
 			ifaces[j] = &Iface{Name: fmt.Sprintf("eth%d", len(n.Ifaces)), Node: n, Link: l, IPv4: e.ipv4, IPv6: e.ipv6,
-				Egress: ls.imp.over(e.imp)}
+				Egress: ls.imp.over(e.imp), Rate: rl.rate, Loss: rl.loss, HasLoss: rl.hasLoss, LossGE: rl.lossGE}
 			n.Ifaces = append(n.Ifaces, ifaces[j])
 		}
 		l.A, l.B = ifaces[0], ifaces[1]

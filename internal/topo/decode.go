@@ -31,6 +31,46 @@ type endpointSpec struct {
 	line       int
 	ipv4, ipv6 netip.Prefix
 	imp        impSpec // overrides of the link's
+	rl         rateLoss
+}
+
+// rateLoss is a rate and a loss as a link or an endpoint gives them.
+type rateLoss struct {
+	rate             uint64
+	hasRate, hasLoss bool
+	loss             float64
+	lossGE           *impair.GilbertElliott
+}
+
+// over returns r with what o sets taken from o.
+func (r rateLoss) over(o rateLoss) rateLoss {
+	if o.hasRate {
+		r.rate, r.hasRate = o.rate, true
+	}
+	if o.hasLoss {
+		r.loss, r.lossGE, r.hasLoss = o.loss, o.lossGE, true
+	}
+	return r
+}
+
+// decodeRateLoss reads key (rate or loss) into r.
+func decodeRateLoss(el *config.Collector, r *rateLoss, key, field string, kv *yaml.Node) {
+	str, ok := el.Scalar(kv, field)
+	if !ok {
+		return
+	}
+	var err error
+	switch key {
+	case "rate":
+		r.rate, err = units.ParseRate(str)
+		r.hasRate = true
+	case "loss":
+		r.loss, r.lossGE, err = parseLoss(str)
+		r.hasLoss = true
+	}
+	if err != nil {
+		el.Add(kv.Line, field, "%v", err)
+	}
 }
 
 // impSpec is an Impairment as a file gives it: the keys it sets, and their values.
@@ -116,14 +156,11 @@ func checkJitter(el *config.Collector, im Impairment, line int, field string) {
 }
 
 type linkSpec struct {
-	line    int
-	ends    []endpointSpec
-	mtu     int
-	rate    uint64
-	loss    float64
-	hasLoss bool
-	lossGE  *impair.GilbertElliott
-	imp     impSpec
+	line int
+	ends []endpointSpec
+	mtu  int
+	rl   rateLoss
+	imp  impSpec
 }
 
 type spec struct {
@@ -249,22 +286,8 @@ func decodeLinks(el *config.Collector, v *yaml.Node) []linkSpec {
 					}
 					l.mtu = mtu
 				}
-			case "rate":
-				if str, ok := el.Scalar(kv, field+".rate"); ok {
-					r, err := units.ParseRate(str)
-					if err != nil {
-						el.Add(kv.Line, field+".rate", "%v", err)
-					}
-					l.rate = r
-				}
-			case "loss":
-				if str, ok := el.Scalar(kv, field+".loss"); ok {
-					var err error
-					if l.loss, l.lossGE, err = parseLoss(str); err != nil {
-						el.Add(kv.Line, field+".loss", "%v", err)
-					}
-					l.hasLoss = true
-				}
+			case "rate", "loss":
+				decodeRateLoss(el, &l.rl, key, field+"."+key, kv)
 			default:
 				decodeImpairment(el, &l.imp, key, field+"."+key, kv)
 			}
@@ -300,6 +323,10 @@ func decodeEndpoints(el *config.Collector, v *yaml.Node, field string) []endpoin
 		el.EachKey(ev, f, EndpointLevel.Keys, func(key string, kv *yaml.Node) {
 			if slices.Contains(ImpairmentKeys, key) {
 				decodeImpairment(el, &e.imp, key, f+"."+key, kv)
+				return
+			}
+			if key == "rate" || key == "loss" {
+				decodeRateLoss(el, &e.rl, key, f+"."+key, kv)
 				return
 			}
 			str, ok := el.Scalar(kv, f+"."+key)

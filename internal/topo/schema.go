@@ -68,8 +68,8 @@ var (
 	// EndpointLevel is an endpoint given as a mapping (else it is a node name).
 	EndpointLevel = Level{
 		Field: "links[I].endpoints[J]",
-		Keys:  append([]string{"node", "ipv4", "ipv6"}, ImpairmentKeys...),
-		Values: map[string]Value{"node": ScalarValue, "ipv4": ScalarValue, "ipv6": ScalarValue, "delay": ScalarValue,
+		Keys:  append([]string{"node", "ipv4", "ipv6", "rate", "loss"}, ImpairmentKeys...),
+		Values: map[string]Value{"node": ScalarValue, "ipv4": ScalarValue, "ipv6": ScalarValue, "rate": ScalarValue, "loss": ScalarValue, "delay": ScalarValue,
 			"jitter": ScalarValue, "distribution": ScalarValue, "reorder": ScalarValue, "duplicate": ScalarValue, "corrupt": ScalarValue},
 		Required: []string{"node"},
 	}

@@ -52,6 +52,12 @@ type Iface struct {
 	// delay, jitter, distribution, reorder, duplicate and corrupt keys, each overridden by the
 	// endpoint's own.
 	Egress Impairment
+	// Rate, Loss, HasLoss and LossGE are the rate and loss of what this end sends: the link's
+	// (Link.Rate …) unless the endpoint gives its own. Dataplanes read these, not the link's.
+	Rate    uint64 // bits per second, 0: unlimited
+	Loss    float64
+	HasLoss bool
+	LossGE  *impair.GilbertElliott
 }
 
 // Impairment is what a link does to one direction's packets beyond rate and loss: netem's
@@ -82,7 +88,9 @@ type Link struct {
 	Line  int // line of the link in the file, for messages
 	A, B  *Iface
 	MTU   int
-	Rate  uint64 // bits per second
+	// Rate and loss as the link's keys give them, for both directions; an endpoint can override
+	// them for what it sends (Iface.Rate …, which dataplanes use).
+	Rate uint64 // bits per second
 	// Loss is a probability in percent. HasLoss is true when the file sets loss, even to 0, so a
 	// dataplane can attach its loss stage and count. LossGE, when set, replaces Loss by burst
 	// loss (`loss: gemodel …`); Loss is then its mean.
@@ -93,9 +101,9 @@ type Link struct {
 
 // Impaired reports whether the link needs more than rate and Bernoulli loss: delay, jitter,
 // distribution, reordering, duplication or corruption given on it or an end (even at 0), or
-// burst loss.
+// burst loss in either direction.
 func (l *Link) Impaired() bool {
-	return l.A.Egress.Given || l.B.Egress.Given || l.LossGE != nil
+	return l.A.Egress.Given || l.B.Egress.Given || l.A.LossGE != nil || l.B.LossGE != nil
 }
 
 // DefaultMTU is the MTU of a link that does not set one.
@@ -165,11 +173,10 @@ func (t *Topology) Node(name string) *Node {
 	return nil
 }
 
-// Params is what this end's egress does in internal/impair's terms: the link's loss and rate and
-// the end's Egress.
+// Params is what this end's egress does in internal/impair's terms: its loss, rate and Egress.
 func (i *Iface) Params(seed uint64) impair.Params {
-	l, e := i.Link, i.Egress
-	return impair.Params{Loss: l.Loss / 100, GE: l.LossGE, Rate: l.Rate, Seed: seed,
+	e := i.Egress
+	return impair.Params{Loss: i.Loss / 100, GE: i.LossGE, Rate: i.Rate, Seed: seed,
 		Delay: e.Delay, Jitter: e.Jitter, Distribution: e.Distribution,
 		Reorder: e.Reorder / 100, Duplicate: e.Duplicate / 100, Corrupt: e.Corrupt / 100}
 }

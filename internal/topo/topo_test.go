@@ -90,6 +90,9 @@ func TestParseBadFiles(t *testing.T) {
 		{"several at once", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    rate: 0mbit\n    loss: -1\n",
 			[]string{`bad.yaml:5: links[0].rate: "0mbit": a rate of 0 sends nothing; give one above 0, e.g. 100mbit`,
 				`bad.yaml:6: links[0].loss: "-1" is out of range; a percentage is from 0 to 100`}},
+		{"bad endpoint rate and loss", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints:\n      - {node: a, rate: 0kbit}\n      - {node: b, loss: gemodel 1%}\n",
+			[]string{`bad.yaml:5: links[0].endpoints[0].rate: "0kbit": a rate of 0 sends nothing; give one above 0, e.g. 100mbit`,
+				`bad.yaml:6: links[0].endpoints[1].loss: "gemodel 1%": write gemodel P R [1-H [1-K]] in percent, e.g. gemodel 1% 25%: P and R the chances of entering and leaving the bad state, 1-H and 1-K the loss in the bad (default 100%) and good (default 0%) states`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -250,5 +253,38 @@ links:
 	}
 	if p := l.A.Params(1); p.Delay != 20*time.Millisecond || p.Duplicate != 0.01 || p.GE != l.LossGE {
 		t.Errorf("a's params %+v", p)
+	}
+}
+
+// rate and loss on a link apply to both directions; an endpoint's own override them for what that
+// end sends, and a burst-loss model on one end makes the link impaired.
+func TestRateLossPerDirection(t *testing.T) {
+	t.Parallel()
+	top, err := Parse("ok.yaml", []byte(`name: x
+nodes: {a: {}, b: {}, c: {}}
+links:
+  - endpoints: [a, {node: b, rate: 10mbit, loss: 0}]
+    rate: 100mbit
+    loss: 2%
+  - endpoints: [{node: a, loss: gemodel 1% 25%}, c]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l0, l1 := top.Links[0], top.Links[1]
+	if a := l0.A; a.Rate != 100e6 || a.Loss != 2 || !a.HasLoss || a.LossGE != nil {
+		t.Errorf("a → b: rate %d, loss %g (%v, %v)", a.Rate, a.Loss, a.HasLoss, a.LossGE)
+	}
+	if b := l0.B; b.Rate != 10e6 || b.Loss != 0 || !b.HasLoss {
+		t.Errorf("b → a: rate %d, loss %g (%v)", b.Rate, b.Loss, b.HasLoss)
+	}
+	if p := l0.B.Params(1); p.Rate != 10e6 || p.Loss != 0 {
+		t.Errorf("b's params %+v", p)
+	}
+	if l0.Impaired() {
+		t.Error("rate and Bernoulli loss alone need no relay")
+	}
+	if a, c := l1.A, l1.B; a.LossGE == nil || c.LossGE != nil || c.HasLoss || !l1.Impaired() || l1.A.Params(1).GE != a.LossGE {
+		t.Errorf("gemodel on one end: a %+v, c %+v, impaired %v", a.LossGE, c.LossGE, l1.Impaired())
 	}
 }
