@@ -20,7 +20,7 @@ import (
 	"github.com/flowplane/flowplane/internal/lab"
 )
 
-func init() { register(part{name: "altmark-api", run: altmarkAPILoad}) }
+func init() { register(part{name: "altmark-api", title: "altmark-api: ", run: altmarkAPILoad}) }
 
 const (
 	apiClients  = 50

@@ -17,7 +17,9 @@ import (
 // The random differential is a test of internal/conntrack (TestDifferentialRandom, built on the
 // scripted differential's test harness, so nothing of it is in bin/flowplane): this part runs it
 // with `go test` for DIFFTIME (default 10m) and reads the summary it writes to $DIFFJSON.
-func init() { register(part{name: "difftest", run: runDifftest}) }
+func init() {
+	register(part{name: "difftest", title: "conntrack against nf_conntrack", run: runDifftest})
+}
 
 // diffSummary is the part of TestDifferentialRandom's $DIFFJSON this table shows.
 type diffSummary struct {
