@@ -81,6 +81,9 @@ func run(ctx context.Context) error {
 	if len(failed) > 0 {
 		return fmt.Errorf("parts failed: %s", strings.Join(failed, ", "))
 	}
+	for _, t := range res.Tables {
+		t.Markdown(os.Stdout)
+	}
 	if want != "" {
 		var err error
 		if res, err = mergeEarlier(res, ran); err != nil {
@@ -89,7 +92,7 @@ func run(ctx context.Context) error {
 	} else {
 		res.Data[measuredKey] = measuredBy(res.Setup, ran)
 	}
-	return report.Save(res)
+	return report.WriteJSON(res)
 }
 
 func partNames() string {
