@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -233,10 +234,9 @@ func apiFilesNote(f apiFigures) string {
 	}
 	kinds := func(p procFigures) string {
 		var ks []string
-		for k, n := range p.FDKinds {
-			ks = append(ks, fmt.Sprintf("%d %s", n, k))
+		for _, k := range slices.Sorted(maps.Keys(p.FDKinds)) {
+			ks = append(ks, fmt.Sprintf("%d %s", p.FDKinds[k], k))
 		}
-		slices.Sort(ks)
 		return strings.Join(ks, ", ")
 	}
 	return fmt.Sprintf("Open files by kind: before the clients %s; in the sample with the most (%d) %s.", kinds(f.Before), most.FDs, kinds(most))
