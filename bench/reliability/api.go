@@ -2,7 +2,8 @@ package main
 
 // The altmark-api part: `altmark probe run --listen` on a lab router, recording 1-s periods of
 // colored pings, under 50 API clients for API_LOAD_TIME (default 10m); the probe process's
-// memory, open files and threads at start and end.
+// memory, open files (by kind) and threads before the clients come, under the load and after
+// they leave.
 
 import (
 	"context"
@@ -10,8 +11,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,7 +24,7 @@ import (
 	"github.com/flowplane/flowplane/internal/lab"
 )
 
-func init() { register(part{name: "altmark-api", run: altmarkAPILoad}) }
+func init() { register(part{name: "altmark-api", title: "altmark-api: ", run: altmarkAPILoad}) }
 
 const (
 	apiClients  = 50
@@ -32,6 +36,7 @@ const (
 type apiFigures struct {
 	Duration  string             `json:"duration"`
 	Load      altmark.LoadResult `json:"load"`
+	Before    procFigures        `json:"before_clients"`
 	Samples   series             `json:"samples"` // from 10 s into the load, every 30 s under it
 	After     procFigures        `json:"after_clients"`
 	Status    map[string]any     `json:"status"` // GET /status at the end
@@ -122,6 +127,10 @@ func altmarkAPILoad(ctx context.Context) ([]*report.Table, any, error) {
 	}
 
 	fig := apiFigures{Duration: d.String()}
+	time.Sleep(time.Second) // the status checks' connections closed at the probe's end too
+	if fig.Before, err = procStat(pid); err != nil {
+		return nil, nil, err
+	}
 	slog.Info("altmark-api: load", "clients", apiClients, "interval", apiInterval, "for", d)
 	lctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -186,21 +195,49 @@ func apiTables(f apiFigures) []*report.Table {
 	}
 	s := f.Samples
 	start, end := s[0], s[len(s)-1]
-	flat := flatGoals(s)
-	r1, r2 := s.halves(rssOf)
-	f1, f2 := s.halves(fdsOf)
-	rlo, rhi := s.span(rssOf)
-	flo, fhi := s.span(fdsOf)
+	count := func(name string, of func(procFigures) int64, show func(int64) string) []string {
+		h1, h2 := s.halves(of)
+		l1, l2 := s.floors(of)
+		lo, hi := s.span(of)
+		return []string{name, show(of(f.Before)), show(of(start)), show(of(end)), show(lo) + "–" + show(hi),
+			show(h1) + ", " + show(l1), show(h2) + ", " + show(l2), show(of(f.After))}
+	}
+	num := func(v int64) string { return fmt.Sprint(v) }
+	fdLow0, fdLow1 := s.floors(fdsOf)
 	proc := &report.Table{
 		Title:   "altmark-api: the probe process under the load",
-		Columns: []string{"figure", "start", "end", "min–max", "median, 1st half", "median, 2nd half", "after the clients left"},
+		Columns: []string{"figure", "before the clients", "start", "end", "min–max", "1st half: median, fewest", "2nd half: median, fewest", "after the clients left"},
 		Rows: [][]string{
-			{"RSS", mib(start.RSSKiB), mib(end.RSSKiB), mib(rlo) + "–" + mib(rhi), mib(r1), mib(r2), mib(f.After.RSSKiB)},
-			{"open files", fmt.Sprint(start.FDs), fmt.Sprint(end.FDs), fmt.Sprintf("%d–%d", flo, fhi), fmt.Sprint(f1), fmt.Sprint(f2), fmt.Sprint(f.After.FDs)},
-			{"threads", fmt.Sprint(start.Threads), fmt.Sprint(end.Threads), "", "", "", fmt.Sprint(f.After.Threads)},
+			count("RSS", rssOf, mib),
+			count("open files", fdsOf, num),
+			count("of which sockets", socketsOf, num),
+			count("threads", func(p procFigures) int64 { return int64(p.Threads) }, num),
 		},
-		Goals: [][]report.Goal{{flat[0]}, {flat[1]}},
-		Notes: []string{fmt.Sprintf("%d samples, from 10 s into the load (every client connected) to its end; the open files include the 50 clients' connections.", len(s))},
+		Goals: [][]report.Goal{{flatGoals(s)[0]}, {
+			report.AtMost("open files, after the clients left − before them", float64(f.After.FDs-f.Before.FDs), 0),
+			report.AtMost("open files, fewest in the 2nd half − fewest in the 1st", float64(fdLow1-fdLow0), 0),
+		}},
+		Notes: []string{fmt.Sprintf("%d samples, from 10 s into the load (every client connected) to its end; before and after them, the probe runs without clients (just before they come, 2 s after they leave). Flat, for a server with 50 keep-alive clients, is its own files plus a socket per client while they are connected, all given back when they leave; a sample also catches the period files a request reads or the loop writes at that moment (the medians wander by a few), so the goals compare before with after, and the halves' floors (fewest).", len(s)),
+			apiFilesNote(f)},
 	}
 	return []*report.Table{load, proc}
+}
+
+// apiFilesNote says what the probe's open files were under the load, by kind (the sample with
+// the most, against the one before the clients came).
+func apiFilesNote(f apiFigures) string {
+	most := f.Samples[0]
+	for _, x := range f.Samples {
+		if x.FDs > most.FDs {
+			most = x
+		}
+	}
+	kinds := func(p procFigures) string {
+		var ks []string
+		for _, k := range slices.Sorted(maps.Keys(p.FDKinds)) {
+			ks = append(ks, fmt.Sprintf("%d %s", p.FDKinds[k], k))
+		}
+		return strings.Join(ks, ", ")
+	}
+	return fmt.Sprintf("Open files by kind: before the clients %s; in the sample with the most (%d) %s.", kinds(f.Before), most.FDs, kinds(most))
 }

@@ -58,7 +58,7 @@ type ctFaults struct {
 }
 
 func init() {
-	register(part{name: "conntrack-faults", run: runConntrackFaults})
+	register(part{name: "conntrack-faults", title: "conntrack: ", run: runConntrackFaults})
 }
 
 type ctBench struct {

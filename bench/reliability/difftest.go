@@ -17,7 +17,9 @@ import (
 // The random differential is a test of internal/conntrack (TestDifferentialRandom, built on the
 // scripted differential's test harness, so nothing of it is in bin/flowplane): this part runs it
 // with `go test` for DIFFTIME (default 10m) and reads the summary it writes to $DIFFJSON.
-func init() { register(part{name: "difftest", run: runDifftest}) }
+func init() {
+	register(part{name: "difftest", title: "conntrack against nf_conntrack", run: runDifftest})
+}
 
 // diffSummary is the part of TestDifferentialRandom's $DIFFJSON this table shows.
 type diffSummary struct {
@@ -90,7 +92,7 @@ func runDifftest(ctx context.Context) ([]*report.Table, any, error) {
 	t.Add("final-state agreement (state, replied, assured, timeout class)", fmt.Sprintf("%.3f %% of %d connection states", pct(s.StatesAgreed, s.States), s.States))
 	t.Add("disagreements fixed", fmt.Sprintf("%d (table tests in TestDifferentialMinimized)", s.Fixed))
 	t.Add("disagreements accepted", fmt.Sprintf("%d (docs/conntrack.md): %s %s", len(class["accepted"]), strings.Join(accepted, "; "), seeds(class["accepted"])))
-	t.Add("disagreements open", fmt.Sprintf("%d %s", len(class["open"]), seeds(class["open"])))
+	t.Add("disagreements open", strings.TrimSpace(fmt.Sprintf("%d %s", len(class["open"]), seeds(class["open"]))))
 	t.Goal(report.Check("open disagreements", "none", len(class["open"]) == 0))
 	t.Add("not reproduced (timing)", s.NotReproduced)
 	t.Notes = append(t.Notes, "Each packet goes to two labs in turn (nftables `ct state` rules over nf_conntrack; flowplane conntrack with XDP) with the same gaps; a sequence is up to 4 interleaved conversations. A disagreement is rerun, minimized by delta debugging and classified; `DIFFSEED=<seed> DIFFTIME=0 make difftest` reruns one sequence.")

@@ -24,7 +24,7 @@ import (
 // invocation, in its package, as `make fuzz` does (FUZZPARALLEL, FUZZMINIMIZETIME as there);
 // what each executed, the corpus it grew and what failed.
 
-func init() { register(part{name: "fuzz", run: runFuzz}) }
+func init() { register(part{name: "fuzz", title: "coverage-guided fuzzing", run: runFuzz}) }
 
 // fuzzPrograms names the BPF programs each target runs; the other targets fuzz Go parsers.
 var fuzzPrograms = map[string]string{

@@ -1,8 +1,10 @@
 // Command reliability runs flowplane's hostile-input and fault suites for a set time and reports
 // what they covered: conntrack against nf_conntrack on random conversations, coverage-guided
 // fuzzing of every BPF program, and the fault and soak runs. Each suite is a part (one file
-// each) that returns its tables; RELIABILITY_PARTS=a,b runs some. Prints markdown tables and
-// writes bench/results/reliability.json. Run as root: go run ./bench/reliability
+// each) that returns its tables; RELIABILITY_PARTS=a,b runs some, and their tables and figures
+// replace those parts' in the earlier results, the other parts' kept (merge.go). Prints
+// markdown tables and writes bench/results/reliability.json. Run as root: go run
+// ./bench/reliability
 package main
 
 import (
@@ -23,6 +25,8 @@ import (
 // part is one suite of the reliability run.
 type part struct {
 	name string
+	// title begins the title of each of its tables: how a merge tells them from the others'.
+	title string
 	// run returns the part's tables and its raw figures (saved under data[name]).
 	run func(ctx context.Context) ([]*report.Table, any, error)
 }
@@ -45,9 +49,16 @@ func main() {
 func run(ctx context.Context) error {
 	slices.SortFunc(parts, func(a, b part) int { return strings.Compare(a.name, b.name) })
 	want := os.Getenv("RELIABILITY_PARTS")
-	var tables []*report.Table
-	data := map[string]any{}
-	var failed []string
+	if want != "" {
+		for _, name := range strings.Split(want, ",") {
+			if !slices.ContainsFunc(parts, func(p part) bool { return p.name == name }) {
+				return fmt.Errorf("RELIABILITY_PARTS=%s: no part %q (parts: %s)", want, name, partNames())
+			}
+		}
+	}
+	res := report.Result{Name: "reliability", Time: time.Now().UTC(), Data: map[string]any{}}
+	res.Setup = report.CurrentSetup(res.Time)
+	var ran, failed []string
 	for _, p := range parts {
 		if want != "" && !slices.Contains(strings.Split(want, ","), p.name) {
 			continue
@@ -58,13 +69,38 @@ func run(ctx context.Context) error {
 			failed = append(failed, p.name)
 			continue
 		}
-		tables = append(tables, ts...)
-		data[p.name] = d
+		for _, t := range ts {
+			if !strings.HasPrefix(t.Title, p.title) {
+				return fmt.Errorf("part %s: table %q does not begin with the part's title %q", p.name, t.Title, p.title)
+			}
+		}
+		res.Tables = append(res.Tables, ts...)
+		res.Data[p.name] = d
+		ran = append(ran, p.name)
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("parts failed: %s", strings.Join(failed, ", "))
 	}
-	return report.Save(report.Result{Name: "reliability", Tables: tables, Data: data})
+	for _, t := range res.Tables {
+		t.Markdown(os.Stdout)
+	}
+	if want != "" {
+		var err error
+		if res, err = mergeEarlier(res, ran); err != nil {
+			return err
+		}
+	} else {
+		res.Data[measuredKey] = measuredBy(res.Setup, ran)
+	}
+	return report.WriteJSON(res)
+}
+
+func partNames() string {
+	var n []string
+	for _, p := range parts {
+		n = append(n, p.name)
+	}
+	return strings.Join(n, ", ")
 }
 
 // envDuration is the duration in environment variable name, or def.

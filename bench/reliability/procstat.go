@@ -91,6 +91,9 @@ type procFigures struct {
 	RSSKiB  int64 `json:"rss_kib"`
 	FDs     int   `json:"fds"`
 	Threads int   `json:"threads"`
+	// FDKinds counts the open files by what they are: socket, pipe, file (a path), or the
+	// anonymous inode's name ([eventpoll], bpf-map…).
+	FDKinds map[string]int `json:"fd_kinds,omitempty"`
 }
 
 // procStat reads pid's resident memory, open file descriptors and threads from /proc.
@@ -113,11 +116,27 @@ func procStat(pid int) (procFigures, error) {
 			f.Threads, _ = strconv.Atoi(fields[0])
 		}
 	}
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
 	if err != nil {
 		return f, err
 	}
 	f.FDs = len(fds)
+	f.FDKinds = map[string]int{}
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
+		if err != nil {
+			continue // closed since
+		}
+		kind, _, _ := strings.Cut(target, ":")
+		switch {
+		case strings.HasPrefix(target, "/"):
+			kind = "file"
+		case kind == "anon_inode":
+			kind = strings.TrimPrefix(target, "anon_inode:")
+		}
+		f.FDKinds[kind]++
+	}
 	return f, nil
 }
 
@@ -145,6 +164,15 @@ func (s series) halves(f func(procFigures) int64) (first, second int64) {
 	return median(s[:h]), median(s[len(s)-h:])
 }
 
+// floors is the smallest value of a figure in the first half of the series and in the second
+// (as halves): the level under what a sample catches held for a moment.
+func (s series) floors(f func(procFigures) int64) (first, second int64) {
+	h := max(len(s)/2, 1)
+	lo, _ := s[:h].span(f)
+	hi, _ := s[len(s)-h:].span(f)
+	return lo, hi
+}
+
 // span is the smallest and largest value of a figure.
 func (s series) span(f func(procFigures) int64) (lo, hi int64) {
 	for i, x := range s {
@@ -158,8 +186,9 @@ func (s series) span(f func(procFigures) int64) (lo, hi int64) {
 	return lo, hi
 }
 
-func rssOf(f procFigures) int64 { return f.RSSKiB }
-func fdsOf(f procFigures) int64 { return int64(f.FDs) }
+func rssOf(f procFigures) int64     { return f.RSSKiB }
+func fdsOf(f procFigures) int64     { return int64(f.FDs) }
+func socketsOf(f procFigures) int64 { return int64(f.FDKinds["socket"]) }
 
 // flatGoals judge a series flat: the second half's median RSS at most 10 % above the first
 // half's, and its median open files at most one above.

@@ -26,7 +26,7 @@ import (
 	"github.com/flowplane/flowplane/internal/lab"
 )
 
-func init() { register(part{name: "soak", run: soak}) }
+func init() { register(part{name: "soak", title: "soak: ", run: soak}) }
 
 const (
 	soakProbeAddr = "127.0.0.1:19465" // in r1's namespace

@@ -13,7 +13,7 @@ import (
 // (internal/verifier/programs, as TestVerifierBudget) and reports the instructions the kernel's
 // verifier processed, against its 1,000,000 limit.
 func init() {
-	register(part{name: "verifier", run: func(context.Context) ([]*report.Table, any, error) {
+	register(part{name: "verifier", title: "Verifier budget", run: func(context.Context) ([]*report.Table, any, error) {
 		counts, err := verifier.MeasureAll(programs.Cases())
 		if err != nil {
 			return nil, nil, err

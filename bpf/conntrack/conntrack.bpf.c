@@ -28,6 +28,7 @@
 struct ct_work {
 	struct pkt p;
 	struct track_in in;
+	struct ct_fwd fwd;
 };
 
 /* key = 0, value = struct ct_work: per-CPU room for the packet being decided */
@@ -471,7 +472,7 @@ int conntrack_xdp(CT_CTX *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct hdr_cursor c;
-	struct ct_fwd fwd = {};
+	struct ct_fwd *fwd;
 	__be32 tosflow = 0;
 	struct iphdr *iph = NULL;
 	struct ipv6hdr *ip6 = NULL;
@@ -483,7 +484,7 @@ int conntrack_xdp(CT_CTX *ctx)
 	__u32 *src, *dst, zero = 0;
 	__u64 now;
 	__u32 l4off, mtulen;
-	int eproto, l4, rc, verdict, looked = 0;
+	int eproto, l4, rc, verdict, looked = 0, cached = 0;
 	__u8 family;
 
 #ifdef CT_HOOK_TC
@@ -508,6 +509,7 @@ int conntrack_xdp(CT_CTX *ctx)
 	__builtin_memset(w, 0, sizeof(*w));
 	p = &w->p;
 	in = &w->in;
+	fwd = &w->fwd;
 	src = in->src;
 	dst = in->dst;
 	c.pos = data;
@@ -562,13 +564,13 @@ int conntrack_xdp(CT_CTX *ctx)
 	}
 #endif
 	now = ct_now();
-	rc = route_lookup(ctx, &c, p, &fwd, family, l4, src, dst, tosflow, mtulen, now, &main,
-			  &looked);
+	rc = route_lookup(ctx, &c, p, fwd, family, l4, src, dst, tosflow, mtulen, now, &main,
+			  &looked, &cached);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return pass(); /* for this host, unroutable, too big, ...: the kernel's job */
 
 	verdict = -1;
-	if (fwd.cached && l4 == IPPROTO_TCP) /* then main is the live entry */
+	if (cached && l4 == IPPROTO_TCP) /* then main is the live entry */
 		verdict = est_fast(ctx, &c, p, l4off, now, main);
 	if (verdict < 0) {
 		in->l4at = c.pos - data;
@@ -585,22 +587,22 @@ int conntrack_xdp(CT_CTX *ctx)
 #ifdef CT_HOOK_TC
 	/* Only to the attached interfaces (ct_ifaces holds exactly them). bpf_redirect records
 	 * the target, acted on after return. */
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS || !bpf_map_lookup_elem(&ct_ifaces, &fwd.ifindex))
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS || !bpf_map_lookup_elem(&ct_ifaces, &fwd->ifindex))
 		return pass(); /* the kernel resolves the neighbour or sends it elsewhere */
-	bpf_redirect(fwd.ifindex, 0);
+	bpf_redirect(fwd->ifindex, 0);
 #else
 	/* bpf_redirect_map only records the target (acted on after return), so it doubles as the
 	 * devmap membership check before the packet is modified. */
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS ||
-	    bpf_redirect_map(&tx_ports, fwd.ifindex, XDP_PASS) != XDP_REDIRECT)
+	    bpf_redirect_map(&tx_ports, fwd->ifindex, XDP_PASS) != XDP_REDIRECT)
 		return pass(); /* the kernel resolves the neighbour or sends it elsewhere */
 #endif
 	if (iph)
 		ip_decrease_ttl(iph);
 	else if (ip6)
 		ip6->hop_limit--;
-	__builtin_memcpy(eth->h_dest, fwd.dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fwd.smac, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, fwd->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fwd->smac, ETH_ALEN);
 	fp_count(&ct_stats, CT_STAT_FORWARDED);
 	return CT_REDIRECT;
 }

@@ -88,6 +88,9 @@ enum ct_tcp_flag {
 /* In ct_entry.last_flags only, as nf's IP_CT_EXP_CHALLENGE_ACK: the ignored SYN came in
  * LAST_ACK, so the other side may answer it with an RFC 5961 challenge ACK. */
 #define CT_TCP_F_EXP_CHALLENGE_ACK 0x40
+/* In ct_entry.last_flags only, as nf's IP_CT_TCP_SIMULTANEOUS_OPEN: the connection went through
+ * SYN_SENT2, so the reply's ACK in SYN_RECV establishes it (the state table cannot tell). */
+#define CT_TCP_F_SIMULTANEOUS_OPEN 0x80
 
 /* Canonical 5-tuple: the lower (address, port) endpoint first, so both directions of a
  * connection build the same key. IPv4 addresses use the first word, the rest zero. ICMP echo
@@ -146,7 +149,7 @@ struct ct_entry {
 	__u8 last_dir;	  /* its direction */
 	__u8 last_wscale; /* an ignored SYN's window scale */
 	__u8 last_flags;  /* an ignored SYN's CT_TCP_F_WSCALE | CT_TCP_F_SACK_PERM, and
-			   * CT_TCP_F_EXP_CHALLENGE_ACK */
+			   * CT_TCP_F_EXP_CHALLENGE_ACK, CT_TCP_F_SIMULTANEOUS_OPEN */
 	__u8 retrans;	  /* the last plain ACK segment seen again in a row, as nf's retrans */
 	__u8 pad;
 };

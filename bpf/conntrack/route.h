@@ -14,8 +14,7 @@ struct ct_fwd {
 	__u32 ifindex;
 	__u8 smac[6];
 	__u8 dmac[6];
-	__u8 cached; /* from the connection's route cache */
-	__u8 pad[3];
+	__u8 pad[2];
 };
 
 /* Room for a struct bpf_fib_lookup (whose anonymous unions bpf2go cannot express). */
@@ -38,14 +37,14 @@ struct {
  * ingress for a packet at least as long (the MTU check). mtulen is the L3 length the route's
  * MTU applies to: the packet's, or one segment's of a GSO skb; tosflow is the IPv4 TOS or the
  * IPv6 flow label word. It fills fwd and returns the lookup's result (a cached route:
- * BPF_FIB_LKUP_RET_SUCCESS, fwd->cached set). c points at the transport header. For TCP and UDP
- * it builds p->key, sets *looked and leaves the key's ct_main entry (live or not, NULL if none)
- * in *mainp for track. */
+ * BPF_FIB_LKUP_RET_SUCCESS, *cached set; on the caller's stack, where the verifier follows it). c
+ * points at the transport header. For TCP and UDP it builds p->key, sets *looked and leaves the
+ * key's ct_main entry (live or not, NULL if none) in *mainp for track. */
 static __always_inline int route_lookup(CT_CTX *ctx, struct hdr_cursor *c, struct pkt *p,
 					struct ct_fwd *fwd, __u8 family, int l4proto,
 					const __u32 *src, const __u32 *dst, __be32 tosflow,
 					__u32 mtulen, __u64 now, struct ct_entry **mainp,
-					int *looked)
+					int *looked, int *cached)
 {
 	struct bpf_fib_lookup *fib;
 	struct ct_route *r = NULL;
@@ -66,7 +65,7 @@ static __always_inline int route_lookup(CT_CTX *ctx, struct hdr_cursor *c, struc
 				fwd->ifindex = r->ifindex;
 				__builtin_memcpy(fwd->smac, r->smac, ETH_ALEN);
 				__builtin_memcpy(fwd->dmac, r->dmac, ETH_ALEN);
-				fwd->cached = 1;
+				*cached = 1;
 				return BPF_FIB_LKUP_RET_SUCCESS;
 			}
 		}

@@ -316,6 +316,7 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 		    after(sack, receiver->td_end - maxack - 1) && overshot <= receiver->td_maxwin &&
 		    before(sack, receiver->td_end + 1)) {
 			sender->td_end = end; /* nf sets it, even backwards */
+			dir_flag_set(sender, CT_TCP_F_DATA_UNACK); /* nf: its data unacknowledged */
 			return be_liberal ? WIN_ACCEPT
 					  : WIN_IGNORE; /* passed, nothing else updated */
 		}
@@ -558,6 +559,15 @@ __noinline int ct_tcp_update(struct ct_entry *e, struct pkt *p, __u32 dir, __u32
 		return -2;
 	}
 in_window:
+	/* The state table cannot tell a simultaneous open's SYN_RECV from a three-way
+	 * handshake's: SYN_SENT2 is remembered, and then the reply's ACK in SYN_RECV establishes
+	 * the connection too (nf). nf does both before the window check, which depends on
+	 * neither and always passes the reply's first SYN, the only way into SYN_SENT2. */
+	if (newst == CT_TCP_SYN_SENT2)
+		e->last_flags |= CT_TCP_F_SIMULTANEOUS_OPEN;
+	else if (newst == CT_TCP_SYN_RECV && p->tcp_index == TCP_ACK_SET && dir == 1 &&
+		 (e->last_flags & CT_TCP_F_SIMULTANEOUS_OPEN))
+		newst = CT_TCP_ESTABLISHED;
 	/* nf's last_index: the flag class of the last packet passed. */
 	if (e->last_index != LAST(p->tcp_index))
 		e->last_index = LAST(p->tcp_index);

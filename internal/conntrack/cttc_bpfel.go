@@ -160,6 +160,15 @@ type ctTcCtWork struct {
 		Looked  uint8
 		Pad     [5]uint8
 	}
+	Fwd struct {
+		_       structs.HostLayout
+		Ifindex uint32
+		Smac    [6]uint8
+		Dmac    [6]uint8
+		Pad     [2]uint8
+		_       [2]byte
+	}
+	_ [4]byte
 }
 
 type ctTcTcpOpts struct {

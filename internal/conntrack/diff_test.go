@@ -852,6 +852,22 @@ func minimizedCases() []minimizedCase {
 		{from: "h1", proto: "tcp", sport: 25732, dport: 53, flags: "PA", seq: 2745113261, ack: 1847984207, win: 65535, wscale: -1, payload: 100},
 		{from: "h2", proto: "tcp", sport: 53, dport: 25732, flags: "A", seq: 1847984207, ack: 2745113461, win: 502, wscale: -1},
 	}})
+	// After a simultaneous open (SYN_SENT2), nf's state table leaves SYN_RECV on the reply's
+	// ACK; nf's IP_CT_TCP_SIMULTANEOUS_OPEN establishes it. The second case is the random
+	// differential's (seed 27914851860630): an overshooting segment sets the end the ACK
+	// acknowledges, and marks its data unacknowledged (the timeout capped at 300 s).
+	soSyn := rpkt{from: "h1", proto: "tcp", sport: 30344, dport: 53, flags: "S", seq: 18336919, win: 29200, wscale: 14, sackOK: true}
+	soSyn2 := rpkt{from: "h2", proto: "tcp", sport: 53, dport: 30344, flags: "S", seq: 1466516124, win: 64240, wscale: 14}
+	soSynAck := rpkt{from: "h1", proto: "tcp", sport: 30344, dport: 53, flags: "SA", seq: 18336919, ack: 1466516125, win: 29200, wscale: 14, sackOK: true}
+	soAck := rpkt{from: "h2", proto: "tcp", sport: 53, dport: 30344, flags: "A", seq: 1466516125, ack: 18336920, win: 64240, wscale: -1}
+	cs = append(cs, minimizedCase{"simultaneous open, the reply's ACK", []rpkt{soSyn, soSyn2, soSynAck, soAck}})
+	so6 := []rpkt{soSyn, soSyn2, soSynAck,
+		{from: "h1", proto: "tcp", sport: 30344, dport: 53, flags: "PA", seq: 18340392, ack: 1466516125, win: 29200, wscale: -1, payload: 1, gap: 27 * time.Millisecond},
+		{from: "h2", proto: "tcp", sport: 53, dport: 30344, flags: "A", seq: 1466516125, ack: 18337993, win: 64240, wscale: -1}}
+	for i := range so6 {
+		so6[i].v6 = true
+	}
+	cs = append(cs, minimizedCase{"simultaneous open, overshooting data, the reply's ACK", so6})
 	// No plain ACK segment has passed the window check (a pickup's segments fail it): nf's
 	// last_win is still 0, which caps the timeout at tcp_retrans.
 	cs = append(cs, minimizedCase{"no window seen caps at tcp_retrans", []rpkt{

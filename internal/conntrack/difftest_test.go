@@ -273,29 +273,6 @@ var acceptedDiffs = []struct {
 		}
 		return false
 	}},
-	{"an overshooting segment does not mark its data unacknowledged", func(seq []rpkt, r *seqResult) bool {
-		// Only a timeout nf capped (≤300 s) and flowplane did not, after data. Coarse: it
-		// would also take another missing cap for this one.
-		if firstDisagreement(r) >= 0 || len(r.nfSt) != len(r.fpSt) {
-			return false
-		}
-		capped := false
-		for i := range r.nfSt {
-			if r.nfSt[i] != r.fpSt[i] {
-				nf, fp := strings.TrimSuffix(r.nfSt[i], "≤300s"), strings.TrimSuffix(r.fpSt[i], "≤432000s")
-				if nf == r.nfSt[i] || fp == r.fpSt[i] || nf != fp {
-					return false
-				}
-				capped = true
-			}
-		}
-		for _, q := range seq { // with data, which may have overshot the window
-			if q.proto == "tcp" && q.payload > 0 {
-				return capped
-			}
-		}
-		return false
-	}},
 	{"a pickup's first packet is not checked against the window", func(seq []rpkt, _ *seqResult) bool {
 		// A minimized sequence: every packet matters, so one such pickup is the cause.
 		first := map[string]bool{}
