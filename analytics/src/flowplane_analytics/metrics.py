@@ -253,6 +253,12 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     def of_matches(v: ir.Value) -> ir.Value:
         return ibis.ifelse(match, v, ibis.null(v.type()))
 
+    def mean(v: ir.IntegerValue) -> ir.FloatingValue:
+        # an integer sum over a count, divided once: AVG's own rounding differs by engine (a
+        # double accumulator, or a 128-bit sum divided in extended precision) in the last bit
+        n = v.count()
+        return ibis.ifelse(n > 0, v.sum().cast("float64") / n.cast("float64"), None)
+
     def nearest_rank(pct: int) -> ir.IntegerValue:
         # the smallest delay whose rank is at least ceil(pct/100 · n), in integers
         need = (p.n * pct + 99) // 100
@@ -262,12 +268,12 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
         pairs=p.count(),
         collisions=p.collision.cast("int64").sum(),
         matched=match.cast("int64").sum(),
-        mean_ns=of_matches(p.delay_ns).mean(),
+        mean_ns=mean(of_matches(p.delay_ns)),
         min_ns=of_matches(p.delay_ns).min(),
         max_ns=of_matches(p.delay_ns).max(),
         p50_ns=nearest_rank(50),
         p99_ns=nearest_rank(99),
-        jitter_ns=of_matches(p.ipdv).mean(),
+        jitter_ns=mean(of_matches(p.ipdv)),
     )
     e = _expected(ds, members, aliases)
     miss = e.group_by(["ci", "period"]).agg(missing=e.packets.isnull().cast("int64").sum())
