@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -25,6 +24,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/flowplane/flowplane/bench/report"
+	"github.com/flowplane/flowplane/internal/altmark"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/pin"
@@ -305,22 +305,13 @@ func dialIn(ns string) func(ctx context.Context, network, addr string) (net.Conn
 func probeStatus(l *lab.Lab, addr, token string) (map[string]any, error) {
 	cl := &http.Client{Transport: &http.Transport{DialContext: dialIn(l.Netns("r1"))}, Timeout: 10 * time.Second}
 	defer cl.CloseIdleConnections()
-	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/status", nil)
+	body, err := altmark.APIGet(context.Background(), cl, "http://"+addr+"/status", token)
 	if err != nil {
 		return nil, err
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := cl.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
 	var st map[string]any
 	if err := json.Unmarshal(body, &st); err != nil {
-		return nil, fmt.Errorf("GET /status: %s: %s", resp.Status, body)
+		return nil, fmt.Errorf("GET /status: %w", err)
 	}
 	return st, nil
 }

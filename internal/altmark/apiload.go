@@ -94,7 +94,7 @@ func (ld Load) Run(ctx context.Context) LoadResult {
 					path = "/periods/" + latest
 				}
 				start := time.Now()
-				body, err := loadGet(ctx, cl, ld.Base+path, ld.Token)
+				body, err := APIGet(ctx, cl, ld.Base+path, ld.Token)
 				if ctx.Err() != nil {
 					return
 				}
@@ -116,7 +116,9 @@ func (ld Load) Run(ctx context.Context) LoadResult {
 	return res
 }
 
-func loadGet(ctx context.Context, cl *http.Client, url, token string) ([]byte, error) {
+// APIGet is GET url with the bearer token (if any): the body of a 200 answer, else an error
+// naming the status.
+func APIGet(ctx context.Context, cl *http.Client, url, token string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
