@@ -175,12 +175,19 @@ func listCmd() *cobra.Command {
 	return cmd
 }
 
+// ErrDegraded is `lab status`'s error (exit 1) for a lab that is up but has a link whose relay
+// failed or lost its supervisor: the status is printed in full first.
+var ErrDegraded = errors.New("up but degraded")
+
 func statusCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status NAME [--json]",
 		Short: "Show a lab's nodes, addresses, links and drop counters",
-		Args:  cli.ExactArgs(1),
+		Long: "Show a lab's nodes, interfaces (addresses, counters, drops), links and the relays of its impaired links.\n" +
+			"Exit code 0: the lab is up; 1: it is up but degraded, a link's relay failed or is unsupervised (said on\n" +
+			"stderr, after the full status); 2: bad usage or no such lab.",
+		Args: cli.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l, err := Open(args[0])
 			if errors.Is(err, ErrNotFound) {
@@ -194,14 +201,20 @@ func statusCmd() *cobra.Command {
 				return err
 			}
 			// A relay that is given up or unsupervised leaves its link carrying nothing: said on
-			// stderr too, whatever the format.
-			for _, w := range relayWarnings(s) {
+			// stderr too, whatever the format, and in the exit code once everything is printed.
+			ws := relayWarnings(s)
+			for _, w := range ws {
 				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
 			}
 			if asJSON {
-				return cli.WriteJSON(cmd.OutOrStdout(), s)
+				err = cli.WriteJSON(cmd.OutOrStdout(), s)
+			} else {
+				err = printStatus(cmd.OutOrStdout(), s)
 			}
-			return printStatus(cmd.OutOrStdout(), s)
+			if err == nil && len(ws) > 0 {
+				err = fmt.Errorf("lab %s: %w: the relay of %d link(s) failed or is unsupervised (see the warnings above)", s.Name, ErrDegraded, len(ws))
+			}
+			return err
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

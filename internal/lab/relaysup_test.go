@@ -1,6 +1,8 @@
 package lab_test
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/lab/labtest"
 	"github.com/flowplane/flowplane/internal/testenv"
@@ -61,6 +64,33 @@ func gone(t *testing.T, pid int, what string) {
 	}
 }
 
+// statusExit runs `lab status NAME` (--json too) as flowplane does and checks its exit code:
+// 1 (ErrDegraded) with a warning on stderr when degraded, else 0 with none.
+func statusExit(t *testing.T, l *lab.Lab, degraded bool) {
+	t.Helper()
+	want := 0
+	if degraded {
+		want = 1
+	}
+	for _, args := range [][]string{{"status", l.Name()}, {"status", l.Name(), "--json"}} {
+		cmd := lab.Command()
+		cmd.SilenceErrors, cmd.SilenceUsage = true, true
+		var out, stderr bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&stderr)
+		cmd.SetArgs(args)
+		err := cmd.Execute()
+		warned := strings.Contains(stderr.String(), "warning: the relay of link h1")
+		code := 0
+		if err != nil {
+			code = cli.ExitCode(err)
+		}
+		if out.Len() == 0 || warned != degraded || errors.Is(err, lab.ErrDegraded) != degraded || code != want {
+			t.Errorf("lab %s: exit %d (%v), want %d; stderr:\n%s", strings.Join(args, " "), code, err, want, &stderr)
+		}
+	}
+}
+
 // downLeavesNothing downs the lab and checks that its supervisors, relays, namespaces,
 // interfaces, pins and files are gone.
 func downLeavesNothing(t *testing.T, l *lab.Lab, pids ...int) {
@@ -102,6 +132,7 @@ func TestRelayRestartedAfterKill(t *testing.T) {
 	after := relayWhen(t, l, "came back", func(r *lab.RelayStatus) bool {
 		return r.Alive && r.State == "running" && r.PID != before.PID
 	})
+	statusExit(t, l, false)
 	out := <-ping
 	if after.Restarts != 1 || after.SupervisorPID != before.SupervisorPID || !strings.Contains(after.LastExit, "killed") {
 		t.Errorf("relay status after one kill: %+v", after)
@@ -138,8 +169,9 @@ func TestRelayRestartedAfterKill(t *testing.T) {
 	downLeavesNothing(t, l, after.SupervisorPID, after.PID)
 }
 
-// A relay that keeps dying soon after each start is given up: the status says failed, with no
-// relay or supervisor left running, and lab down still removes everything.
+// A relay that keeps dying soon after each start is given up: the status says failed (and
+// `lab status` exits 1), with no relay or supervisor left running, and lab down still removes
+// everything.
 func TestRelayKeepsDyingFails(t *testing.T) {
 	t.Parallel()
 	l := upSupervised(t)
@@ -164,11 +196,12 @@ func TestRelayKeepsDyingFails(t *testing.T) {
 		}
 	}
 	gone(t, sup, "the supervisor of a failed relay")
+	statusExit(t, l, true)
 	downLeavesNothing(t, l, r.PID)
 }
 
 // A supervisor killed with SIGKILL takes its relay with it (nothing relays unsupervised), and
-// the status says the relay is dead, not running.
+// the status says the relay is dead, not running (and `lab status` exits 1).
 func TestRelaySupervisorKilled(t *testing.T) {
 	t.Parallel()
 	l := upSupervised(t)
@@ -178,5 +211,6 @@ func TestRelaySupervisorKilled(t *testing.T) {
 	}
 	gone(t, r.PID, "the relay of a killed supervisor")
 	relayWhen(t, l, "reported dead", func(r *lab.RelayStatus) bool { return r.State == "dead" && !r.Alive })
+	statusExit(t, l, true)
 	downLeavesNothing(t, l)
 }
