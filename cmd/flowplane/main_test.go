@@ -143,8 +143,16 @@ func TestLabLifecycle(t *testing.T) {
 		t.Fatalf("lab up: exit %d: %q %s", code, out, stderr)
 	}
 	t.Cleanup(func() { _ = lab.Down(name) })
-	if _, stderr, code := flowplane(t, "lab", "up", "--name", name, "--config", file); code != 2 || !strings.Contains(stderr, "a lab of that name is running") {
-		t.Errorf("second up: exit %d: %s", code, stderr)
+	// Up again: from the same file, nothing to restart (no relays); from another, refused.
+	if out, stderr, code := flowplane(t, "lab", "up", "--name", name, "--config", file); code != 0 || out != "lab "+name+": already up, nothing to restart\n" {
+		t.Errorf("second up: exit %d: %q %s", code, out, stderr)
+	}
+	other := filepath.Join(t.TempDir(), "other.yaml")
+	if err := os.WriteFile(other, []byte("nodes: {h1: {}, h2: {}}\nlinks:\n  - endpoints: [h1, h2]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := flowplane(t, "lab", "up", "--name", name, "--config", other); code != 2 || !strings.Contains(stderr, "a lab of that name is running from another topology") {
+		t.Errorf("up of another topology: exit %d: %s", code, stderr)
 	}
 	out, _, code := flowplane(t, "lab", "list")
 	if code != 0 || !strings.Contains(out, name) {

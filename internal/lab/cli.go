@@ -36,6 +36,9 @@ func upCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "up --config FILE [--name N]",
 		Short: "Create the lab described in a topology file",
+		Long: "Create the lab described in a topology file (docs/lab.md). Run again for a running lab with the file it\n" +
+			"was started from, unchanged, it restarts the relays that failed or lost their supervisor (lab status shows\n" +
+			"them FAILED or DEAD); another topology under a running lab's name is refused (exit 2).",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cli.Require(cmd, "config"); err != nil {
 				return err
@@ -53,7 +56,8 @@ func upCmd() *cobra.Command {
 			}
 			l, err := Up(file, data, t)
 			if errors.Is(err, ErrExists) {
-				return cli.Usage(err)
+				// Up again from the same file: bring back what is down (the relays).
+				return repair(cmd, t.Name, data)
 			}
 			if err != nil {
 				return err
@@ -65,6 +69,25 @@ func upCmd() *cobra.Command {
 	cli.ConfigFlag(cmd, &file, "topology file (YAML; docs/lab.md)", "lab up FILE", "lab up --config FILE")
 	cmd.Flags().StringVar(&name, "name", "", "lab name (overrides name: in the topology)")
 	return cmd
+}
+
+// repair is `lab up` of a running lab: Repair, and one line saying which relays it restarted.
+func repair(cmd *cobra.Command, name string, data []byte) error {
+	links, err := Repair(name, data)
+	if errors.Is(err, ErrExists) {
+		return cli.Usage(err)
+	}
+	names := make([]string, len(links))
+	for i, l := range links {
+		names[i] = l.A.Node.Name + " — " + l.B.Node.Name
+	}
+	switch {
+	case len(links) > 0: // even if a later one failed: these run
+		fmt.Fprintf(cmd.OutOrStdout(), "lab %s: already up, restarted the relay of %d link(s): %s\n", name, len(links), strings.Join(names, ", "))
+	case err == nil:
+		fmt.Fprintf(cmd.OutOrStdout(), "lab %s: already up, nothing to restart\n", name)
+	}
+	return err
 }
 
 func downCmd() *cobra.Command {
@@ -301,12 +324,12 @@ func relayWarnings(s *Status) []string {
 		switch r.State {
 		case relayFailed:
 			ws = append(ws, fmt.Sprintf("the relay of link %s — %s FAILED: it died %d times in a row, each within %v of its start (last: %s), "+
-				"and was given up; the link carries nothing. Its log: %s. `flowplane lab down %s` and up again restart it",
-				l.A, l.B, relayMaxStreak, relayStable, r.LastExit, r.Log, s.Name))
+				"and was given up; the link carries nothing. Its log: %s. `flowplane lab up --config %s --name %s` restarts it",
+				l.A, l.B, relayMaxStreak, relayStable, r.LastExit, r.Log, s.File, s.Name))
 		case relayDead, "":
 			ws = append(ws, fmt.Sprintf("the relay of link %s — %s is not supervised (its supervisor was killed or never started); "+
-				"the link carries nothing if its relay is dead too. Its log: %s. `flowplane lab down %s` and up again restart it",
-				l.A, l.B, r.Log, s.Name))
+				"the link carries nothing if its relay is dead too. Its log: %s. `flowplane lab up --config %s --name %s` restarts it",
+				l.A, l.B, r.Log, s.File, s.Name))
 		}
 	}
 	return ws

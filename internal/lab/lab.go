@@ -91,6 +91,41 @@ func Up(file string, data []byte, t *topo.Topology) (*Lab, error) {
 	return l, nil
 }
 
+// Repair brings a running lab back up where it is down: it starts a new supervisor, and so a
+// relay, for each impaired link whose relay was given up (failed) or whose supervisor is gone
+// (dead), and returns those links. data must be the topology the lab was started from, byte
+// for byte: another (or a lab with no record) is ErrExists, the lab left as it is.
+func Repair(name string, data []byte) ([]*topo.Link, error) {
+	l, rec, err := open(name)
+	switch {
+	case errors.Is(err, ErrNotFound): // namespaces left without a record
+		return nil, fmt.Errorf("lab %q: %w, or what is left of it; `flowplane lab down %s` removes it", name, ErrExists, name)
+	case err != nil:
+		return nil, err
+	case rec.YAML != string(data):
+		return nil, fmt.Errorf("lab %q: %w from another topology (`lab up` again needs the file it was started from, as it was; "+
+			"`flowplane lab status %s` names it); `flowplane lab down %s` removes it", name, ErrExists, name, name)
+	}
+	var restarted []*topo.Link
+	for _, link := range l.Topology.Links {
+		if !link.Impaired() {
+			continue
+		}
+		if r, err := l.Relay(link); err == nil && r.State != relayFailed && r.State != relayDead {
+			continue
+		}
+		// Whatever is left in the relay's namespace (a relay dying with its supervisor) goes first.
+		if err := nsrun.Kill(l.relayNetns(link)); err != nil {
+			return restarted, fmt.Errorf("link %s-%s: %w", link.A.Node.Name, link.B.Node.Name, err)
+		}
+		if err := l.startRelay(link); err != nil {
+			return restarted, fmt.Errorf("link %s-%s: %w", link.A.Node.Name, link.B.Node.Name, err)
+		}
+		restarted = append(restarted, link)
+	}
+	return restarted, nil
+}
+
 func (l *Lab) create() error {
 	for _, n := range l.Topology.Nodes {
 		if err := nsrun.Create(l.Netns(n.Name)); err != nil {

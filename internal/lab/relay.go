@@ -99,7 +99,8 @@ func (l *Lab) addRelayedLink(link *topo.Link) error {
 }
 
 // startRelay runs the link's relay supervisor in its namespace, detached (it outlives lab up),
-// and waits until its relay is receiving.
+// and waits until its relay is receiving. Started again (Repair), it goes on with the files the
+// last one left: counters, restarts, log.
 func (l *Lab) startRelay(link *topo.Link) error {
 	if err := os.MkdirAll(relayRunDir(l.Name()), 0o755); err != nil {
 		return err
@@ -119,7 +120,7 @@ func (l *Lab) startRelay(link *topo.Link) error {
 	if err != nil {
 		return fmt.Errorf("find own executable for the relay: %w", err)
 	}
-	logf, err := os.Create(l.relayFile(link, "log"))
+	logf, err := os.OpenFile(l.relayFile(link, "log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}

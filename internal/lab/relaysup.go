@@ -19,7 +19,8 @@ import (
 // too) and starts it again when it dies: a crash or a kill -9 costs the link the packets in
 // flight and a restart's backoff, not the link. The counters go on from where the dead relay
 // left them. A relay that keeps dying soon after each start is given up: the supervisor records
-// the link's relay as failed and exits, and `lab status` says so. `lab down` kills the namespace's
+// the link's relay as failed and exits, and `lab status` says so; `lab up` again (Repair) starts
+// a new supervisor for it, or for one that was killed. `lab down` kills the namespace's
 // processes: the supervisor stops its relay on SIGTERM, and a relay whose supervisor is killed
 // outright is killed with it (PR_SET_PDEATHSIG).
 const (
@@ -88,8 +89,10 @@ func superviseRelay(cfgJSON string) error {
 	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	// A fresh counters file: the relays carry its counters from one to the next.
-	f, err := os.OpenFile(cfg.Stats, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	// The counters file, fresh after lab up: the relays carry its counters from one to the next,
+	// and a supervisor started again (Repair) carries on from its predecessor's, as it does with
+	// the count of restarts (the new supervisor's first relay is one more).
+	f, err := os.OpenFile(cfg.Stats, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
@@ -101,6 +104,9 @@ func superviseRelay(cfgJSON string) error {
 		return err
 	}
 	sup := &relaySupervisor{PID: os.Getpid(), State: relayStarting}
+	if prev, err := readSupervisor(cfg.Supervisor); err == nil {
+		sup.Restarts, sup.LastExit = prev.Restarts+1, prev.LastExit
+	}
 	if err := sup.save(cfg.Supervisor); err != nil {
 		return err
 	}
@@ -148,7 +154,7 @@ func superviseRelay(cfgJSON string) error {
 		if streak >= relayMaxStreak {
 			sup.State = relayFailed
 			return errors.Join(sup.save(cfg.Supervisor), fmt.Errorf("the relay died %d times in a row (last: %s): given up, "+
-				"the link carries nothing until lab down and lab up", streak, sup.LastExit))
+				"the link carries nothing until lab up again", streak, sup.LastExit))
 		}
 		sup.Restarts++
 		backoff := min(relayBackoff<<(streak-1), relayMaxBackoff)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -91,6 +92,47 @@ func statusExit(t *testing.T, l *lab.Lab, degraded bool) {
 	}
 }
 
+// upAgain runs `lab up --config FILE --name NAME` as flowplane does, for the running lab l
+// (given topology, the same as l's or not), and returns its stdout and error.
+func upAgain(t *testing.T, l *lab.Lab, topology string) (string, error) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "sup.yaml")
+	if err := os.WriteFile(file, []byte(topology), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := lab.Command()
+	cmd.SilenceErrors, cmd.SilenceUsage = true, true
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"up", "--config", file, "--name", l.Name()})
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+// repaired brings the lab's relay back with `lab up` again (after refusing another topology)
+// and checks it relays, with the restarts and counters carried on and a status that exits 0;
+// a second `lab up` has nothing to restart. It returns the new relay's status.
+func repaired(t *testing.T, l *lab.Lab, before *lab.RelayStatus) *lab.RelayStatus {
+	t.Helper()
+	if _, err := upAgain(t, l, supervisedLink+"    loss: 1\n"); !errors.Is(err, lab.ErrExists) || cli.ExitCode(err) != 2 {
+		t.Errorf("lab up of another topology under a running lab's name: %v (exit %d), want ErrExists (2)", err, cli.ExitCode(err))
+	}
+	out, err := upAgain(t, l, supervisedLink)
+	if want := "lab " + l.Name() + ": already up, restarted the relay of 1 link(s): h1 — h2\n"; err != nil || out != want {
+		t.Fatalf("lab up again: %q, %v; want %q", out, err, want)
+	}
+	r := relayWhen(t, l, "ran again", func(r *lab.RelayStatus) bool { return r.Alive && r.State == "running" })
+	if r.SupervisorPID == before.SupervisorPID || r.Restarts != before.Restarts+1 || r.AToB.RxPackets < before.AToB.RxPackets {
+		t.Errorf("relay after lab up again: %+v; before: %+v", r, before)
+	}
+	statusExit(t, l, false)
+	labtest.Run(t, l, "h1", "ping", "-c", "1", "-W", "2", labtest.Addr(t, l, "h2", "4"))
+	if out, err := upAgain(t, l, supervisedLink); err != nil || out != "lab "+l.Name()+": already up, nothing to restart\n" {
+		t.Errorf("lab up of a lab that is up: %q, %v", out, err)
+	}
+	return r
+}
+
 // downLeavesNothing downs the lab and checks that its supervisors, relays, namespaces,
 // interfaces, pins and files are gone.
 func downLeavesNothing(t *testing.T, l *lab.Lab, pids ...int) {
@@ -170,8 +212,8 @@ func TestRelayRestartedAfterKill(t *testing.T) {
 }
 
 // A relay that keeps dying soon after each start is given up: the status says failed (and
-// `lab status` exits 1), with no relay or supervisor left running, and lab down still removes
-// everything.
+// `lab status` exits 1), with no relay or supervisor left running; `lab up` again starts it
+// anew, and lab down still removes everything.
 func TestRelayKeepsDyingFails(t *testing.T) {
 	t.Parallel()
 	l := upSupervised(t)
@@ -197,11 +239,13 @@ func TestRelayKeepsDyingFails(t *testing.T) {
 	}
 	gone(t, sup, "the supervisor of a failed relay")
 	statusExit(t, l, true)
-	downLeavesNothing(t, l, r.PID)
+	again := repaired(t, l, r)
+	downLeavesNothing(t, l, r.PID, again.SupervisorPID, again.PID)
 }
 
 // A supervisor killed with SIGKILL takes its relay with it (nothing relays unsupervised), and
-// the status says the relay is dead, not running (and `lab status` exits 1).
+// the status says the relay is dead, not running (and `lab status` exits 1), until `lab up`
+// again starts a new supervisor.
 func TestRelaySupervisorKilled(t *testing.T) {
 	t.Parallel()
 	l := upSupervised(t)
@@ -210,7 +254,8 @@ func TestRelaySupervisorKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone(t, r.PID, "the relay of a killed supervisor")
-	relayWhen(t, l, "reported dead", func(r *lab.RelayStatus) bool { return r.State == "dead" && !r.Alive })
+	dead := relayWhen(t, l, "reported dead", func(r *lab.RelayStatus) bool { return r.State == "dead" && !r.Alive })
 	statusExit(t, l, true)
-	downLeavesNothing(t, l)
+	again := repaired(t, l, dead)
+	downLeavesNothing(t, l, again.SupervisorPID, again.PID)
 }

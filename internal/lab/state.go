@@ -27,20 +27,26 @@ var ErrNotFound = errors.New("no such lab")
 
 // Open returns the running lab called name.
 func Open(name string) (*Lab, error) {
+	l, _, err := open(name)
+	return l, err
+}
+
+// open returns the running lab called name and its record.
+func open(name string) (*Lab, *record, error) {
 	var r record
 	err := runstate.Load(subsystem, name, &r)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("lab %q: %w (flowplane lab list lists the running ones)", name, ErrNotFound)
+		return nil, nil, fmt.Errorf("lab %q: %w (flowplane lab list lists the running ones)", name, ErrNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read lab record: %w", err)
+		return nil, nil, fmt.Errorf("read lab record: %w", err)
 	}
 	t, err := topo.ParseNamed(r.File, []byte(r.YAML), r.Name) // the name up was given, whatever the file says
 	if err != nil {
-		return nil, fmt.Errorf("lab record %s: %w", runstate.Path(subsystem, name), err)
+		return nil, nil, fmt.Errorf("lab record %s: %w", runstate.Path(subsystem, name), err)
 	}
 	t.Name = r.Name
-	return &Lab{Topology: t, Created: r.Created}, nil
+	return &Lab{Topology: t, Created: r.Created}, &r, nil
 }
 
 // Names lists running labs: those with a record and those that only left namespaces behind.
