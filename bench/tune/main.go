@@ -146,10 +146,11 @@ func run(c config) error {
 	defer lab.Down(name)
 	b := &bench{l: l, self: self, cgs: map[string]string{}}
 	// The HTB class's default leaf queues up to txqueuelen GSO packets, megabytes; a byte
-	// FIFO makes the bottleneck buffer what -buffer says.
+	// FIFO makes the bottleneck buffer what -buffer says, on each of r1's ends the lab shapes
+	// (at the endpoint's rate, else the link's).
 	r1 := top.Node("r1")
 	for _, ifc := range r1.Ifaces {
-		if ifc.Link.Rate > 0 { // towards dst and wan
+		if lab.ShapedEgress(ifc) { // towards dst and wan
 			if out, err := b.output("r1", "tc", "qdisc", "replace", "dev", l.IfName(ifc), "parent", "1:1", "handle", "10:", "bfifo", "limit", c.buffer); err != nil {
 				return fmt.Errorf("bottleneck queue: %v: %s", err, out)
 			}

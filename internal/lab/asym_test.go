@@ -4,8 +4,35 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/lab/labtest"
 )
+
+// ShapedEgress follows each end's own rate: an endpoint's without the link's, the link's or the
+// endpoint's, none on an end without either, none on an xdp node's end (shaped where it arrives).
+func TestShapedEgress(t *testing.T) {
+	top, err := lab.Parse("shaped.yaml", []byte(`
+nodes: {h1: {}, r1: {kind: router}, h2: {}, x: {kind: router, xdp: true}}
+links:
+  - endpoints: [h1, {node: r1, rate: 8mbit}]
+  - endpoints: [r1, {node: h2, rate: 8mbit}]
+    rate: 40mbit
+  - endpoints: [r1, x]
+    rate: 40mbit
+`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		node  string
+		iface int
+		want  bool
+	}{{"h1", 0, false}, {"r1", 0, true}, {"r1", 1, true}, {"h2", 0, true}, {"r1", 2, true}, {"x", 0, false}} {
+		if got := lab.ShapedEgress(top.Node(c.node).Ifaces[c.iface]); got != c.want {
+			t.Errorf("%s eth%d: ShapedEgress %v, want %v", c.node, c.iface, got, c.want)
+		}
+	}
+}
 
 // An endpoint's rate and loss replace the link's for what that end sends: each end's HTB has its
 // direction's rate, the slow direction's goodput stays under its rate, and each end's loss

@@ -126,7 +126,7 @@ func (l *Lab) setupIface(ifc *topo.Iface) error {
 	// What an xdp node sends may leave by XDP redirect, which skips its qdisc and clsact: that
 	// direction is impaired where it arrives instead (check refuses links between two xdp nodes).
 	peer := ifc.Peer()
-	shapeHere := ifc.Rate > 0 && !ifc.Node.XDP
+	shapeHere := ShapedEgress(ifc)
 	if (ifc.Node.XDP || peer.Node.XDP) && !shapeHere {
 		if err := addQueue(dev); err != nil {
 			return err

@@ -5,7 +5,14 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/flowplane/flowplane/internal/topo"
 )
+
+// ShapedEgress reports whether the lab shapes what ifc sends with shape's HTB (root 1:, class
+// 1:1) on ifc's device: ifc has a rate (Iface.Rate: its endpoint's, else the link's) and is not
+// on an xdp node, whose sending direction is shaped where it arrives instead (shapeIngress).
+func ShapedEgress(ifc *topo.Iface) bool { return ifc.Rate > 0 && !ifc.Node.XDP }
 
 // shape limits a device's egress to rate (bits/s) with one HTB class, as
 // `tc qdisc add dev D root handle 1: htb default 1; tc class add dev D parent 1: classid 1:1
