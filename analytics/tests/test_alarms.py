@@ -55,6 +55,20 @@ def test_alarms(eng, cons, alarm_dataset, lab6):
             assert df.loc[(n2, c.id)].loss == truth.loss_of(n2, c.links) == 0
 
 
+@pytest.mark.parametrize("eng", ENGINES)
+def test_delay_alarm_is_loss_alarm(eng, cons, alarm_dataset, lab6):
+    """delay counts a cluster's missing points against its size, loss by a join with every
+    period: each delay row has the missing_points alarm exactly when loss's row has it."""
+    root, _ = alarm_dataset
+    cs = clusters.resolve(lab6)
+    run = Run(cons(eng), root, lab6, cs)
+    loss = run.loss().set_index(["period", "cluster"])
+    delay = run.delay().set_index(["period", "cluster"])
+    missing = loss.loc[delay.index, "missing"] > 0
+    assert (missing == (delay.alarm == "missing_points")).all()
+    assert missing.sum() > 0 and (~missing).sum() > 0
+
+
 def test_missing_points_listed(cons, alarm_dataset, lab6):
     root, truth = alarm_dataset
     cs = clusters.resolve(lab6)

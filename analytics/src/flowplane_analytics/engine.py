@@ -156,11 +156,19 @@ def spark_session(
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
     }
-    if not submitted and not debug():
+    if not submitted:
+        # The throughput collector: G1's concurrent threads take a core from the tasks on a
+        # small machine, and a batch job has no pause to keep short.
+        gc = "-XX:+UseParallelGC"
+        conf["spark.executor.extraJavaOptions"] = gc
         # The driver JVM starts with logging off: no WARN lines, no Java stack traces.
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{_LOG4J}"
+        log = "" if debug() else f" -Dlog4j2.configurationFile=file:{_LOG4J}"
+        conf["spark.driver.extraJavaOptions"] = gc + log
     if local:
         conf["spark.driver.memory"] = os.environ.get("FLOWPLANE_SPARK_DRIVER_MEMORY", "2g")
+        # Local mode's shuffle files stay on this machine, mostly in the page cache:
+        # compressing them costs CPU and saves no network.
+        conf["spark.shuffle.compress"] = "false"
     if shuffle_partitions:
         conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     jars = storage.spark_jars()

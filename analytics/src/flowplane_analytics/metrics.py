@@ -41,9 +41,17 @@ __all__ = ["TUPLE"]
 
 def membership(net: Network, clusters: Sequence[Cluster]) -> tuple[ir.Table, ir.Table]:
     """(members, aliases): members = (cluster, role, point) for every input and output point of
-    every cluster; aliases = (point, probe, ifname, direction) for every name a probe may record
-    a point under (eth0, and a lab's kernel name fp<tag>-eth0)."""
-    rows: dict[str, list[Any]] = {"cluster": [], "role": [], "point": [], "ci": [], "is_in": []}
+    every cluster, with the cluster's count of them (points); aliases = (point, probe, ifname,
+    direction) for every name a probe may record a point under (eth0, and a lab's kernel name
+    fp<tag>-eth0)."""
+    rows: dict[str, list[Any]] = {
+        "cluster": [],
+        "role": [],
+        "point": [],
+        "ci": [],
+        "is_in": [],
+        "points": [],
+    }
     for ci, c in enumerate(clusters):
         for role, pts in (("in", c.inputs), ("out", c.outputs)):
             for p in pts:
@@ -52,6 +60,7 @@ def membership(net: Network, clusters: Sequence[Cluster]) -> tuple[ir.Table, ir.
                 rows["point"].append(p.id)
                 rows["ci"].append(ci)
                 rows["is_in"].append(role == "in")
+                rows["points"].append(len(c.inputs) + len(c.outputs))
     al: dict[str, list[Any]] = {"point": [], "probe": [], "ifname": [], "direction": []}
     for p in net.points():
         for name in net.ifname_aliases(p):
@@ -67,6 +76,7 @@ def membership(net: Network, clusters: Sequence[Cluster]) -> tuple[ir.Table, ir.
             "point": "string",
             "ci": "int32",  # the cluster's index: the hot joins and groupings use it
             "is_in": "boolean",
+            "points": "int64",
         },
     )
     aliases = ibis.memtable(
@@ -159,13 +169,25 @@ def _mp_points(ds: Dataset, aliases: ir.Table) -> ir.Table:
     return ds.mps.join(aliases, MP_KEY).select("mp", "point")
 
 
+def _cluster_periods(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
+    """Per cluster and period in which a point of the cluster has a counters row: B(K, n)
+    (bits), the hash_ref, and ``missing``, the cluster's points with no counters row (as
+    loss's, counted against the cluster's size rather than by a join with every period)."""
+    pc = _point_counters(ds, aliases)
+    mc = members.join(pc, "point")
+    return mc.group_by(["ci", "period"]).agg(
+        bits=mc.hash_bits.max(),
+        ref=mc.hash_ref.min(),
+        # no join after the grouping: Spark's adaptive plan broadcasts only a shuffle's output
+        missing=mc.points.max() - mc.packets.count(),
+    )
+
+
 def _valid_samples(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     """Samples at the clusters' points that match at B(K, n) = the largest hash_bits of the
     cluster's points in the period: (ci, is_in, period, mp, hash, tai_ns, flow), one row per
     sample and cluster the sample's point belongs to."""
-    pc = _point_counters(ds, aliases)
-    mc = members.join(pc, "point")
-    bits = mc.group_by(["ci", "period"]).agg(bits=mc.hash_bits.max(), ref=mc.hash_ref.min())
+    bits = _cluster_periods(ds, members, aliases).select("ci", "period", "bits", "ref")
     # One small table per join (mp → probe interface → point → clusters): Spark sizes a join
     # of joins as the product of their sizes, so a prejoined mp → cluster table is never
     # broadcast and the samples are shuffled to meet it.
@@ -275,9 +297,9 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
         p99_ns=nearest_rank(99),
         jitter_ns=mean(of_matches(p.ipdv)),
     )
-    e = _expected(ds, members, aliases)
-    miss = e.group_by(["ci", "period"]).agg(missing=e.packets.isnull().cast("int64").sum())
-    out = st.left_join(miss, ["ci", "period"]).join(_names(members), "ci")
+    # Every (cluster, period) with a pair has a valid sample, so a point with a counters row.
+    miss = _cluster_periods(ds, members, aliases).select("ci", "period", "missing")
+    out = st.join(miss, ["ci", "period"]).join(_names(members), "ci")
     out = out.select(
         "period",
         "cluster",
@@ -290,7 +312,7 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
         "p50_ns",
         "p99_ns",
         "jitter_ns",
-        alarm=ibis.cases((out.missing.fill_null(0) > 0, "missing_points"), else_=""),
+        alarm=ibis.cases((out.missing > 0, "missing_points"), else_=""),
     )
     return out.order_by(["period", "cluster"])
 
