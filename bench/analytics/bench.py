@@ -418,8 +418,7 @@ def _tabulate(
                 f"{_spark_memory() // 2} MB, driver (client mode) 1 GB. Both: shuffle partitions "
                 "sized to the data (one per 16 MiB of Parquet read, adaptive execution on), "
                 "Arrow transfers, one query per metric, JVMs with the throughput collector "
-                "(-XX:+UseParallelGC); local mode's shuffle files uncompressed. Peak MB is "
-                "this process and its "
+                "(-XX:+UseParallelGC). Peak MB is this process and its "
                 "children: for the standalone rows the driver only (the executors are the "
                 "workers' children)."
             ),

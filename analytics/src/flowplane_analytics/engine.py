@@ -166,9 +166,6 @@ def spark_session(
         conf["spark.driver.extraJavaOptions"] = gc + log
     if local:
         conf["spark.driver.memory"] = os.environ.get("FLOWPLANE_SPARK_DRIVER_MEMORY", "2g")
-        # Local mode's shuffle files stay on this machine, mostly in the page cache:
-        # compressing them costs CPU and saves no network.
-        conf["spark.shuffle.compress"] = "false"
     if shuffle_partitions:
         conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     jars = storage.spark_jars()
