@@ -58,7 +58,7 @@ test: setup build check-generated release ## run every test, privileged ones inc
 	@rm -f bin/release-test.log
 	FLOWPLANE_DIST=$(CURDIR)/dist FLOWPLANE_RELEASE_LOG=$(CURDIR)/bin/release-test.log $(GO) test $(TEST_FLAGS) ./scripts/release
 	@if [ -f bin/release-test.log ]; then cat bin/release-test.log; fi
-	analytics/.venv/bin/python -m pytest analytics/tests
+	analytics/.venv/bin/python -m pytest --durations=10 analytics/tests
 
 bench: setup build ## run the benchmarks (BENCH=a,b: some); JSON under bench/results/, docs/benchmarks.md
 	@bench/run.sh
