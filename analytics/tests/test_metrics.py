@@ -187,6 +187,41 @@ def test_batched_by_periods_same_answers(eng, cons, results, truth_dataset, lab6
             )
 
 
+def test_auto_batches_by_samples(monkeypatch, cons, results, truth_dataset, lab6, lab6_clusters):
+    """DuckDB on a compacted dataset sizes its batches by samples (engine.AUTO_BATCH_SAMPLES):
+    one query when the dataset holds fewer, batches of periods otherwise; the same answers."""
+    import shutil
+
+    from flowplane_analytics import engine, metrics
+
+    src, _ = truth_dataset
+    root = src.parent / "compact-auto-batch"
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(src, root)
+    con = cons("duckdb")
+    engine.compact(con, root)
+    ds = engine.load(con, root)
+    m, a = metrics.membership(lab6, lab6_clusters)
+    n = int(con.execute(ds.samples.count()))
+    periods = int(con.execute(ds.counters.period.nunique()))
+    built: list[int] = []
+
+    def loss(d):
+        built.append(1)
+        return metrics.loss(d, m, a)
+
+    k = ["period", "cluster"]
+    # a batch per period, then two periods per query, then one query for the whole dataset
+    for size, queries in ((1, periods), (2 * n // periods + 1, -(-periods // 2)), (n, 1)):
+        monkeypatch.setattr(engine, "AUTO_BATCH_SAMPLES", size)
+        built.clear()
+        got = engine.execute_by_periods(con, ds, loss, None)
+        assert len(built) == queries, size
+        pd.testing.assert_frame_equal(
+            _norm(got, k), _norm(results("duckdb")["loss"], k), check_exact=True
+        )
+
+
 def test_execute_orders_as_duckdb(cons):
     """Spark's answer is sorted in pandas (engine.execute), in the ORDER BY's order: mixed
     directions, NULLs first or last as asked, ties kept stable by the later keys."""

@@ -94,8 +94,9 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
         type=_int_at_least(0, " (0: one query)"),
         metavar="N",
         help="run loss and delay in queries of N periods each (same answer; keeps a large "
-        f"dataset's joins and sorts in memory). Default: {engine.AUTO_BATCH} with DuckDB on "
-        "a compacted dataset, else 0 (one query)",
+        "dataset's joins and sorts in memory). Default: with DuckDB on a compacted dataset, "
+        f"as many periods as hold about {engine.AUTO_BATCH_SAMPLES:,} samples, else 0 (one "
+        "query)",
     )
 
 

@@ -721,7 +721,10 @@ def execute(con: Any, expr: ir.Table) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-AUTO_BATCH = 100
+# Samples per query when DuckDB runs a compacted dataset in batches of periods: one query up to
+# about 10^7 samples, where a batch's planning and scans would cost more than they save; beyond,
+# a query's grouping and window sorts stay within about a gigabyte instead of spilling.
+AUTO_BATCH_SAMPLES = 16_000_000
 
 
 def execute_by_periods(
@@ -730,16 +733,19 @@ def execute_by_periods(
     """build(ds) executed, in one query (batch 0) or in queries of `batch` consecutive periods
     each, concatenated in period order. Every metric is per period, so the answer is the same;
     smaller queries keep a large dataset's joins and sorts in memory. batch None: DuckDB on
-    the compact layout runs AUTO_BATCH periods per query (half the time of one query at 10⁸
-    samples, where one query spills), anything else one query."""
-    if batch is None:
-        batch = AUTO_BATCH if con.name == "duckdb" and ds.layout == "compact" else 0
-    if not batch:
+    the compact layout runs as many periods per query as hold about AUTO_BATCH_SAMPLES samples
+    (half the time of one query at 10⁸ samples, where one query spills), anything else one
+    query."""
+    auto = batch is None and con.name == "duckdb" and ds.layout == "compact"
+    if not batch and not auto:
         return execute(con, build(ds))
     ps = con.execute(ds.counters.select("period").distinct().order_by("period"))["period"]
     ps = [int(p) for p in ps]
     if not ps:
         return execute(con, build(ds))
+    if auto:  # the compact layout's sample count is in its Parquet footers: no scan
+        n = int(con.execute(ds.samples.count()))
+        batch = max(1, AUTO_BATCH_SAMPLES * len(ps) // max(n, 1))
     parts = []
     for i in range(0, len(ps), batch):
         chunk = ps[i : i + batch]
