@@ -23,7 +23,8 @@ BENCH_ENGINES=duckdb,spark,standalone, BENCH_DATA=DIR (default bench/results/ana
 kept between runs and reused), BENCH_DUCKDB_MEMORY=1GB (DuckDB memory_limit; it spills beyond
 it), BENCH_DUCKDB_THREADS=2, BENCH_SPARK_MEMORY=4g (local mode's driver; each standalone
 executor has half), BENCH_SPARK_MAX_SAMPLES=200000000 (larger sizes run on DuckDB only),
-BENCH_BATCH_PERIODS (periods per query; default: the CLI's, 100 on DuckDB, one query on Spark),
+BENCH_BATCH_PERIODS (periods per query; default: the CLI's, sized by samples on DuckDB, one
+query on Spark),
 BENCH_REMEASURE=0 (reuse the timings of an earlier run kept under BENCH_DATA: lets sizes be
 measured in separate runs and tabulated together; or a list of the stages to measure again,
 e.g. BENCH_REMEASURE=duckdb).
@@ -137,7 +138,7 @@ def measure(engine_name: str, root: str, out: str) -> None:
     ds = engine.load(con, root, cache=False, layout="compact")
     m, a = metrics.membership(net, cs)
     b = os.environ.get("BENCH_BATCH_PERIODS")
-    batch = int(b) if b else None  # None: the default (DuckDB: 100 periods per query)
+    batch = int(b) if b else None  # None: the default (DuckDB: sized by samples)
     loss = engine.execute_by_periods(con, ds, lambda d: metrics.loss(d, m, a), batch)
     t2 = time.time()
     delay = engine.execute_by_periods(con, ds, lambda d: metrics.delay(d, m, a), batch)
@@ -388,6 +389,8 @@ def _size(
 def _tabulate(
     results: list[dict], periods: int, engines: list[str], spark_max: int
 ) -> None:
+    from flowplane_analytics.engine import AUTO_BATCH_SAMPLES
+
     table: dict = {
         "title": (
             "analytics: loss + delay on DuckDB, Spark local mode and a 2-worker Spark "
@@ -409,7 +412,9 @@ def _tabulate(
                 f"{results[0]['points']} measurement points × {periods} periods; the records "
                 f"as probes write them: {results[0]['files']:,} files per dataset. DuckDB "
                 f"{os.environ.get('BENCH_DUCKDB_THREADS', '2')} threads, memory_limit "
-                f"{os.environ.get('BENCH_DUCKDB_MEMORY', '1GB')}; each stage in a fresh process."
+                f"{os.environ.get('BENCH_DUCKDB_MEMORY', '1GB')}, queries of about "
+                f"{AUTO_BATCH_SAMPLES:,} samples at most (batches of periods; one query below "
+                "that); each stage in a fresh process."
             ),
             (
                 "Spark: local mode `local[*]` (2 cores), driver memory "
