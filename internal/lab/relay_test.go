@@ -310,9 +310,13 @@ links:
 		// does not show at the receiver.
 		other := c.RxPackets - n
 		near := func(seen, relay uint64) bool { return seen <= relay && seen+other >= relay }
+		// A veth hands each frame to the backlog of the CPU that sent it: when a sender's thread
+		// (the probe's, the relay's) moves to the other CPU between two frames, the second can
+		// overtake the first. A few such arrivals are early without the relay's doing.
+		const pathReordered = n / 1000
 		switch i {
 		case 0:
-			if !binomialOK(c.Reordered, n, 0.10) || early > c.Reordered || early < (c.Reordered-other)*9/10 || missing != 0 {
+			if !binomialOK(c.Reordered, n, 0.10) || early > c.Reordered+pathReordered || early < (c.Reordered-other)*9/10 || missing != 0 {
 				t.Errorf("reorder 10%%: %d reordered by the relay, %d arrived early, %d missing", c.Reordered, early, missing)
 			}
 		case 1:
