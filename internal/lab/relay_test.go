@@ -411,18 +411,7 @@ links:
 // counters and logs.
 func TestRelayDownLeavesNothing(t *testing.T) {
 	t.Parallel()
-	testenv.Privileged(t)
-	name := testenv.Name("r")
-	yaml := "nodes: {h1: {}, h2: {}}\nlinks:\n  - endpoints: [h1, h2]\n    delay: 1ms\n"
-	top, err := lab.Parse("down.yaml", []byte(yaml), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := lab.Up("down.yaml", []byte(yaml), top)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lab.Down(name) }) // if the test stops before its own
+	l := upSupervised(t)
 	r, err := l.Relay(l.Topology.Links[0])
 	if err != nil {
 		t.Fatal(err)

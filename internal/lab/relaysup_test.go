@@ -15,26 +15,14 @@ import (
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/lab/labtest"
-	"github.com/flowplane/flowplane/internal/testenv"
 )
 
 const supervisedLink = "nodes: {h1: {}, h2: {}}\nlinks:\n  - endpoints: [h1, h2]\n    delay: 1ms\n"
 
-// upSupervised brings up two hosts over a relayed link under a unique name; the test downs it.
+// upSupervised brings up two hosts over a relayed link under a unique name.
 func upSupervised(t *testing.T) *lab.Lab {
 	t.Helper()
-	testenv.Privileged(t)
-	name := testenv.Name("s")
-	top, err := lab.Parse("sup.yaml", []byte(supervisedLink), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := lab.Up("sup.yaml", []byte(supervisedLink), top)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lab.Down(name) }) // if the test stops before its own
-	return l
+	return labtest.Up(t, supervisedLink)
 }
 
 // relayWhen polls the link's relay status until ok says so.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,7 +28,8 @@ const (
 )
 
 // Up starts the topology in yaml (its name: key, if any, is replaced by a unique one) and
-// removes the lab when the test ends. It fails t (in CI) or skips it when not privileged.
+// removes the lab when the test ends, unless the test took it down itself. It fails t (in CI)
+// or skips it when not privileged.
 func Up(t testing.TB, yaml string) *lab.Lab {
 	t.Helper()
 	testenv.Privileged(t)
@@ -43,7 +45,7 @@ func Up(t testing.TB, yaml string) *lab.Lab {
 		t.Fatalf("lab up: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := lab.Down(name); err != nil {
+		if err := lab.Down(name); err != nil && !errors.Is(err, lab.ErrNotFound) {
 			t.Errorf("lab down: %v", err)
 		}
 	})
