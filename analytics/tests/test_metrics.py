@@ -239,3 +239,37 @@ def test_execute_orders_as_duckdb(cons):
         want = cons("duckdb").execute(e)
         got = engine.execute(cons("spark"), e)
         pd.testing.assert_frame_equal(want, got, check_dtype=False)
+
+
+@pytest.mark.parametrize("eng", ENGINES)
+def test_nearest_rank_every_size(eng, cons):
+    """Each engine's lowering of nearest_rank is the value at rank ceil(pct·N/100), for every
+    group size 1..300 (ranks where pct·N/100 is an integer included), with NULLs ignored and an
+    all-NULL group NULL."""
+    import random
+
+    import ibis
+
+    from flowplane_analytics.reductions import nearest_rank
+
+    rnd = random.Random(9343)
+    g: list[int] = []
+    v: list[int | None] = []
+    for n in range(1, 301):
+        vals = [rnd.randint(-500, 500) for _ in range(n)] + [None] * (n % 3)
+        rnd.shuffle(vals)
+        g += [n] * len(vals)
+        v += vals
+    g += [0, 0]
+    v += [None, None]
+    t = ibis.memtable({"g": g, "v": v}, schema={"g": "int64", "v": "int64"})
+    pcts = (1, 50, 90, 99, 100)
+    q = t.group_by("g").agg(**{f"p{p}": nearest_rank(t.v, p) for p in pcts})
+    got = cons(eng).execute(q).set_index("g")
+    for n in range(1, 301):
+        vals = sorted(x for x, k in zip(v, g, strict=True) if k == n and x is not None)
+        for p in pcts:
+            assert got.loc[n, f"p{p}"] == vals[(n * p + 99) // 100 - 1], (n, p)
+    assert pd.isna(got.loc[0, "p50"])
+    with pytest.raises(ValueError):
+        nearest_rank(t.v, 0)

@@ -20,8 +20,8 @@ collision, rejected and counted). Hashes seen more than once at K's inputs, or m
 at its outputs, in a period are ambiguous and dropped; ``pairs`` counts the rest, ``matched``
 those without a collision. delay = tai_out − tai_in;
 jitter = mean |delay_i − delay_{i−1}| over the matches ordered by tai_in (RFC 3393 IPDV).
-Percentiles are nearest-rank: p_q = the smallest delay whose rank (1-based, by delay) is at
-least ⌈q·N/100⌉, an integer that both engines compute identically.
+Percentiles are nearest-rank: p_q = the delay at 1-based rank ⌈q·N/100⌉ by delay, an integer
+that both engines compute identically (``reductions.nearest_rank``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import ibis.expr.types as ir
 
 from .clusters import Cluster
 from .engine import MP_KEY, TUPLE, Dataset
+from .reductions import nearest_rank
 from .topology import Network
 
 __all__ = ["TUPLE"]
@@ -260,16 +261,9 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     there), else "". A row per (period, cluster) with at least one pair."""
     p = _pairs(ds, members, aliases, points=False)
     # One pass over the pairs (Spark would compute them again for a second consumer): the
-    # windows are partitioned by collision too, so over the matches they see only matches.
-    key = ["ci", "period", "collision"]
-    w = ibis.window(group_by=key, order_by=[p.in_ns, p.hash])
-    wr = ibis.window(group_by=key, order_by=[p.delay_ns, p.in_ns, p.hash])
-    wn = ibis.window(group_by=key, order_by=[p.delay_ns, p.in_ns, p.hash], rows=(None, None))
-    p = p.mutate(
-        ipdv=(p.delay_ns - p.delay_ns.lag().over(w)).abs(),
-        rank=ibis.row_number().over(wr) + 1,  # 1-based rank by delay
-        n=p.count().over(wn),  # the sort of rank's window: no sort of its own
-    )
+    # window is partitioned by collision too, so over the matches it sees only matches.
+    w = ibis.window(group_by=["ci", "period", "collision"], order_by=[p.in_ns, p.hash])
+    p = p.mutate(ipdv=(p.delay_ns - p.delay_ns.lag().over(w)).abs())
     match = ~p.collision.fill_null(True)  # a NULL 5-tuple field: not a match
 
     def of_matches(v: ir.Value) -> ir.Value:
@@ -281,11 +275,6 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
         n = v.count()
         return ibis.ifelse(n > 0, v.sum().cast("float64") / n.cast("float64"), None)
 
-    def nearest_rank(pct: int) -> ir.IntegerValue:
-        # the smallest delay whose rank is at least ceil(pct/100 · n), in integers
-        need = (p.n * pct + 99) // 100
-        return ibis.ifelse(match & (p.rank >= need), p.delay_ns, ibis.null("int64")).min()
-
     st = p.group_by(["ci", "period"]).agg(
         pairs=p.count(),
         collisions=p.collision.cast("int64").sum(),
@@ -293,8 +282,8 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
         mean_ns=mean(of_matches(p.delay_ns)),
         min_ns=of_matches(p.delay_ns).min(),
         max_ns=of_matches(p.delay_ns).max(),
-        p50_ns=nearest_rank(50),
-        p99_ns=nearest_rank(99),
+        p50_ns=nearest_rank(of_matches(p.delay_ns), 50),
+        p99_ns=nearest_rank(of_matches(p.delay_ns), 99),
         jitter_ns=mean(of_matches(p.ipdv)),
     )
     # Every (cluster, period) with a pair has a valid sample, so a point with a counters row.
