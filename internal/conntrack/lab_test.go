@@ -216,12 +216,19 @@ func (c *ctLab) dial(node, network, addr string, timeout time.Duration) (net.Con
 // eventually polls cond until it holds or 15 s pass.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	eventuallyWithin(t, 15*time.Second, what, cond)
+}
+
+// eventuallyWithin: as eventually, for waits that include a timeout of the table's own (the
+// deadline then leaves room for a loaded machine).
+func eventuallyWithin(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if cond() {
 			return
 		}
 	}
-	t.Fatalf("%s: still not after 15s", what)
+	t.Fatalf("%s: still not after %v", what, limit)
 }
 
 func TestLab(t *testing.T) {
