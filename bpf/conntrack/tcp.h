@@ -315,8 +315,9 @@ static __always_inline int tcp_in_window(struct ct_entry *e, struct pkt *p, __u3
 		if (receiver->td_maxwin && after(end, sender->td_end - receiver->td_maxwin - 1) &&
 		    after(sack, receiver->td_end - maxack - 1) && overshot <= receiver->td_maxwin &&
 		    before(sack, receiver->td_end + 1)) {
-			sender->td_end = end; /* nf sets it, even backwards */
-			dir_flag_set(sender, CT_TCP_F_DATA_UNACK); /* nf: its data unacknowledged */
+			/* nf sets td_end, even backwards, and marks the data unacknowledged */
+			sender->td_end = end;
+			dir_flag_set(sender, CT_TCP_F_DATA_UNACK);
 			return be_liberal ? WIN_ACCEPT
 					  : WIN_IGNORE; /* passed, nothing else updated */
 		}
