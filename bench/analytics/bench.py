@@ -144,9 +144,13 @@ def measure(engine_name: str, root: str, out: str) -> None:
     m, a = metrics.membership(net, cs)
     b = os.environ.get("BENCH_BATCH_PERIODS")
     batch = int(b) if b else None  # None: the default (DuckDB: sized by samples)
-    loss = engine.execute_by_periods(con, ds, lambda d: metrics.loss(d, m, a), batch)
+
+    def run(metric):  # a metric function (metrics.loss, metrics.delay): its answer
+        return engine.execute_by_periods(con, ds, lambda d: metric(d, m, a), batch)
+
+    loss = run(metrics.loss)
     t2 = time.time()
-    delay = engine.execute_by_periods(con, ds, lambda d: metrics.delay(d, m, a), batch)
+    delay = run(metrics.delay)
     t3 = time.time()
     k = ["period", "cluster"]
     loss.sort_values(k).reset_index(drop=True).to_parquet(out + ".loss.parquet")
@@ -160,8 +164,8 @@ def measure(engine_name: str, root: str, out: str) -> None:
         # The same two queries again in this session: what a long-lived session (a notebook,
         # a service) pays once the JVM has loaded, compiled and generated their code.
         t4 = time.time()
-        engine.execute_by_periods(con, ds, lambda d: metrics.loss(d, m, a), batch)
-        engine.execute_by_periods(con, ds, lambda d: metrics.delay(d, m, a), batch)
+        run(metrics.loss)
+        run(metrics.delay)
         res["again_s"] = time.time() - t4
     if engine_name != "duckdb":
         engine.spark_session().stop()
