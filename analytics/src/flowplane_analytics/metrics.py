@@ -260,6 +260,8 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     counters row in the period (as loss's: the delay then comes from the points that are
     there), else "". A row per (period, cluster) with at least one pair."""
     p = _pairs(ds, members, aliases, points=False)
+    # Only what the window needs and the statistics read: DuckDB sorts every column it is given.
+    p = p.select("ci", "period", "hash", "in_ns", "collision", "delay_ns")
     # One pass over the pairs (Spark would compute them again for a second consumer): the
     # window is partitioned by collision too, so over the matches it sees only matches.
     w = ibis.window(group_by=["ci", "period", "collision"], order_by=[p.in_ns, p.hash])
