@@ -3,9 +3,14 @@
 # markdown tables of ratios against baselines measured in the same run, with their goals, and
 # writes bench/results/<name>.json. BENCH=name1,name2 runs a subset. At the end the sections of
 # docs/benchmarks.md of the benchmarks that succeeded are rewritten from their results (the
-# others are kept as they are); a failed benchmark still makes the run fail.
+# others are kept as they are); a failed benchmark still makes the run fail. BENCH_ARGS: the
+# arguments of a Go benchmark program (with one BENCH), e.g. BENCH=prio BENCH_ARGS='-flows 200'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [[ -n ${BENCH_ARGS:-} && ( -z ${BENCH:-} || $BENCH == *,* ) ]]; then
+	echo "bench: BENCH_ARGS needs one benchmark in BENCH (BENCH=prio BENCH_ARGS='-flows 200')" >&2
+	exit 2
+fi
 mkdir -p bench/results
 ok=()
 failed=()
@@ -23,7 +28,8 @@ for dir in bench/*/; do
 		else
 			failed+=("$name")
 		fi
-	elif go run "./bench/$name"; then
+	# shellcheck disable=SC2086 # split into arguments on purpose
+	elif go run "./bench/$name" ${BENCH_ARGS:-}; then
 		ok+=("$name")
 	else
 		failed+=("$name")

@@ -275,7 +275,13 @@ func renderSection(b Bench, r *Result) section {
 	fmt.Fprintf(&w, "<!-- bench:%s %s -->\n", b.Name, js)
 	fmt.Fprint(&w, heading(b))
 	fmt.Fprintf(&w, "%s\n\n", about(b))
-	fmt.Fprintf(&w, "Measured %s at commit %s; %s measures it again.", setup.Date, setup.Commit, howTo(b))
+	if setup.Args == "" {
+		fmt.Fprintf(&w, "Measured %s at commit %s; %s measures it again.", setup.Date, setup.Commit, howTo(b))
+	} else {
+		fmt.Fprintf(&w, "Measured %s at commit %s with `%s` (the defaults otherwise); "+
+			"`BENCH=%s BENCH_ARGS='%s' make bench` measures it again, %s with every default.",
+			setup.Date, setup.Commit, setup.Args, b.Name, setup.Args, howTo(b))
+	}
 	var met, judged, total int
 	var missed []string
 	for _, t := range r.Tables {

@@ -261,3 +261,28 @@ func TestGenerate(t *testing.T) {
 		t.Error("a bench without results: no error")
 	}
 }
+
+// A run with arguments says so, and how to run it again with them and with the defaults.
+func TestRenderSectionArgs(t *testing.T) {
+	r := prioResult()
+	r.Setup.Args = "-flows 200 -cost-rounds 9"
+	page, err := RenderPage(nil, map[string]*Result{"prio": r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sectionText(t, page, "prio")
+	want := "Measured 2026-11-27 at commit abc1234 with `-flows 200 -cost-rounds 9` (the defaults otherwise); " +
+		"`BENCH=prio BENCH_ARGS='-flows 200 -cost-rounds 9' make bench` measures it again, " +
+		"`BENCH=prio make bench` (about 2 h 30 min) with every default."
+	if !strings.Contains(s, want) {
+		t.Errorf("section lacks %q:\n%s", want, s)
+	}
+	// the arguments survive the page: a later run of another bench keeps the section as it is
+	again, err := RenderPage(page, map[string]*Result{"lab": labResult(0.95, "def5678")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sectionText(t, again, "prio"); got != s {
+		t.Errorf("prio's section changed:\n%s\nwas\n%s", got, s)
+	}
+}

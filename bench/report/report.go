@@ -227,13 +227,14 @@ type Result struct {
 
 // Setup is the machine and the code a result was measured on.
 type Setup struct {
-	Kernel string `json:"kernel"` // uname -r
-	CPU    string `json:"cpu"`    // /proc/cpuinfo's model name
-	Cores  int    `json:"cores"`  // CPUs the bench could run on
-	Memory string `json:"memory"` // MemTotal, "7.8 GiB"
-	Go     string `json:"go"`     // the toolchain
-	Commit string `json:"commit"` // git rev-parse --short HEAD, "+dirty" with uncommitted changes
-	Date   string `json:"date"`   // UTC, 2006-01-02
+	Kernel string `json:"kernel"`         // uname -r
+	CPU    string `json:"cpu"`            // /proc/cpuinfo's model name
+	Cores  int    `json:"cores"`          // CPUs the bench could run on
+	Memory string `json:"memory"`         // MemTotal, "7.8 GiB"
+	Go     string `json:"go"`             // the toolchain
+	Commit string `json:"commit"`         // git rev-parse --short HEAD, "+dirty" with uncommitted changes
+	Date   string `json:"date"`           // UTC, 2006-01-02
+	Args   string `json:"args,omitempty"` // the bench program's arguments: none, its defaults
 }
 
 // Save prints the tables to stdout and writes bench/results/<name>.json (relative to the
@@ -280,6 +281,7 @@ func CurrentSetup(t time.Time) Setup {
 		}
 	}
 	s.Commit = Commit(root())
+	s.Args = strings.Join(os.Args[1:], " ")
 	return s
 }
 
