@@ -20,7 +20,10 @@ for dir in bench/*/; do
 	if [[ -n ${BENCH:-} && ",$BENCH," != *",$name,"* ]]; then continue; fi
 	echo "## $name"
 	start=$SECONDS
-	if [[ -f $dir/bench.py ]]; then
+	if [[ -f $dir/bench.py && -n ${BENCH_ARGS:-} ]]; then
+		echo "bench: $name takes no BENCH_ARGS: its settings are environment variables (${dir}bench.py)" >&2
+		failed+=("$name")
+	elif [[ -f $dir/bench.py ]]; then
 		# Python benchmarks run in the analytics venv (make setup), on this checkout's package
 		# (the venv's editable install may point at another checkout).
 		if PYTHONPATH=analytics/src${PYTHONPATH:+:$PYTHONPATH} analytics/.venv/bin/python "$dir/bench.py"; then
