@@ -4,11 +4,12 @@
 # writes bench/results/<name>.json. BENCH=name1,name2 runs a subset. At the end the sections of
 # docs/benchmarks.md of the benchmarks that succeeded are rewritten from their results (the
 # others are kept as they are); a failed benchmark still makes the run fail. BENCH_ARGS: the
-# arguments of a Go benchmark program (with one BENCH), e.g. BENCH=prio BENCH_ARGS='-flows 200'.
+# arguments of a Go benchmark program (one, in BENCH), e.g. BENCH=prio BENCH_ARGS='-flows 200'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ -n ${BENCH_ARGS:-} && ( -z ${BENCH:-} || $BENCH == *,* ) ]]; then
-	echo "bench: BENCH_ARGS needs one benchmark in BENCH (BENCH=prio BENCH_ARGS='-flows 200')" >&2
+if [[ -n ${BENCH_ARGS:-} && ( -z ${BENCH:-} || $BENCH == *,* || ! -f bench/$BENCH/main.go ) ]]; then
+	echo "bench: BENCH_ARGS needs one Go benchmark in BENCH (BENCH=prio BENCH_ARGS='-flows 200');" \
+		"the Python ones take environment variables (bench/NAME/bench.py)" >&2
 	exit 2
 fi
 mkdir -p bench/results
@@ -20,10 +21,7 @@ for dir in bench/*/; do
 	if [[ -n ${BENCH:-} && ",$BENCH," != *",$name,"* ]]; then continue; fi
 	echo "## $name"
 	start=$SECONDS
-	if [[ -f $dir/bench.py && -n ${BENCH_ARGS:-} ]]; then
-		echo "bench: $name takes no BENCH_ARGS: its settings are environment variables (${dir}bench.py)" >&2
-		failed+=("$name")
-	elif [[ -f $dir/bench.py ]]; then
+	if [[ -f $dir/bench.py ]]; then
 		# Python benchmarks run in the analytics venv (make setup), on this checkout's package
 		# (the venv's editable install may point at another checkout).
 		if PYTHONPATH=analytics/src${PYTHONPATH:+:$PYTHONPATH} analytics/.venv/bin/python "$dir/bench.py"; then
