@@ -8,11 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from flowplane_analytics import engine, sparkcds
-
-pytest.importorskip("pyspark")
 
 # A session, one query, and whether the driver JVM maps the archive (its /proc maps name it).
 SESSION = """

@@ -1,15 +1,15 @@
 """A class-data-sharing archive for Spark's JVMs: the classes a Spark session loads, parsed and
-verified once and then mapped from one file by every later JVM, which starts in about half the
-time and runs its first query sooner.
+verified once and then mapped from one file by every later JVM, which then starts sooner and
+runs its first query sooner.
 
 The first session on a machine (per Java and pyspark install) records the archive when its
 driver JVM exits (``-XX:ArchiveClassesAtExit``, into a file named after the process, renamed
-into place once the JVM has exited cleanly; sessions started meanwhile run without one, rather
-than record it too); every later driver maps it
-(``-XX:SharedArchiveFile``), and so do the executors of a cluster on this machine (a
-``spark://`` master on a loopback address, as ``cluster up`` starts), whose classpath is the
-driver's. A JVM that cannot use the archive (another Java, changed jars, a corrupt file) runs
-without it, silently. ``FLOWPLANE_SPARK_CDS=off`` turns it off; the archive lives in
+into place once the JVM has exited cleanly; sessions started meanwhile run without one rather
+than record it too). Every later driver maps it (``-XX:SharedArchiveFile``), and so do the
+executors of a cluster on this machine (a ``spark://`` master on a loopback address, as
+``cluster up`` starts), whose classpath is the driver's. A JVM that cannot use the archive
+(another Java, changed jars, a corrupt file) runs without it, silently.
+``FLOWPLANE_SPARK_CDS=off`` turns it off; the archive lives in
 ``$XDG_CACHE_HOME/flowplane-analytics`` (default ``~/.cache/…``) unless
 ``FLOWPLANE_SPARK_CDS`` names another directory.
 """
@@ -73,7 +73,7 @@ def plan(java: str, master: str) -> Plan:
         archive = archive_path(java)
         if archive is not None:
             archive.parent.mkdir(parents=True, exist_ok=True)
-    except OSError:  # an unwritable cache: run without an archive
+    except (OSError, RuntimeError):  # an unwritable cache, no home: run without an archive
         archive = None
     if archive is None:
         return Plan("", "", None, None)
