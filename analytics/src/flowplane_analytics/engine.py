@@ -21,7 +21,7 @@ import ibis.expr.operations as ops
 import ibis.expr.types as ir
 import pandas as pd
 
-from . import filecheck, storage
+from . import filecheck, sparkcds, storage
 from .filecheck import BadFile, BadFilesError
 
 ENGINES = ("duckdb", "spark")
@@ -133,7 +133,7 @@ def spark_session(
                 check_master(os.environ["SPARK_MASTER"])
             except ValueError as e:
                 raise EngineError(f"$SPARK_MASTER: {e}") from e
-        check_java()
+        java = check_java()
     from pyspark.sql import SparkSession
 
     b = SparkSession.builder.appName("flowplane-analytics")
@@ -156,14 +156,16 @@ def spark_session(
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
     }
+    cds = None
     if not submitted:
         # The throughput collector: G1's concurrent threads take a core from the tasks on a
         # small machine, and a batch job has no pause to keep short.
         gc = "-XX:+UseParallelGC"
-        conf["spark.executor.extraJavaOptions"] = gc
         # The driver JVM starts with logging off: no WARN lines, no Java stack traces.
-        log = "" if debug() else f" -Dlog4j2.configurationFile=file:{_LOG4J}"
-        conf["spark.driver.extraJavaOptions"] = gc + log
+        log = "" if debug() else f"-Dlog4j2.configurationFile=file:{_LOG4J}"
+        cds = sparkcds.plan(java, master)
+        conf["spark.executor.extraJavaOptions"] = " ".join(filter(None, [gc, cds.executor]))
+        conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, [gc, log, cds.driver]))
     if local:
         conf["spark.driver.memory"] = os.environ.get("FLOWPLANE_SPARK_DRIVER_MEMORY", "2g")
     if shuffle_partitions:
@@ -183,6 +185,8 @@ def spark_session(
             f"{short_error(e)}; check --master, and that Java 17+ runs (JAVA_HOME)"
         ) from e
     s.sparkContext.setLogLevel("ERROR" if debug() else "OFF")
+    if cds is not None:
+        sparkcds.finish_at_exit(cds, getattr(s.sparkContext._gateway, "proc", None))
     _auto_partitions = "spark.sql.shuffle.partitions" not in conf and not (
         submitted and s.conf.get("spark.sql.shuffle.partitions") != "200"
     )

@@ -1,0 +1,81 @@
+"""The class-data-sharing archive of Spark's JVMs (sparkcds): recorded once by a real driver JVM
+and renamed into place whole, mapped by the next driver, ignored without a word when unusable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from flowplane_analytics import engine, sparkcds
+
+# A session, one query, and whether the driver JVM maps the archive (its /proc maps name it).
+SESSION = """
+from pathlib import Path
+from flowplane_analytics import engine, sparkcds
+s = engine.spark_session(master="local[1]")
+archive = sparkcds.archive_path(engine.check_java())
+maps = Path(f"/proc/{s.sparkContext._gateway.proc.pid}/maps").read_text()
+print(s.range(10).count(), str(archive) in maps)
+"""
+
+
+def _session(cache: Path) -> tuple[str, str]:
+    env = {**os.environ, sparkcds.ENV: str(cache)}
+    r = subprocess.run(
+        [sys.executable, "-c", SESSION], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip(), r.stderr
+
+
+def test_recorded_once_then_mapped(tmp_path):
+    out, err = _session(tmp_path)
+    assert out == "10 False"  # the first session records
+    (archive,) = tmp_path.glob("*.jsa")
+    assert not list(tmp_path.glob("*.tmp"))
+    assert archive.read_bytes()[:4] == bytes.fromhex("a8ab0bf0")  # a dynamic CDS archive's magic
+    for text in (out, err):
+        assert "cds" not in text and "[warning]" not in text
+    out, err = _session(tmp_path)
+    assert out == "10 True"  # the next maps it
+    assert "cds" not in err and "[warning]" not in err
+    archive.chmod(0o644)
+    archive.write_bytes(b"not an archive" * 1000)
+    out, err = _session(tmp_path)
+    assert out == "10 False"  # unusable: the JVM runs without it, silently
+    assert "cds" not in err and "[warning]" not in err
+
+
+def test_plan(tmp_path, monkeypatch):
+    java = engine.check_java()
+    monkeypatch.setenv(sparkcds.ENV, "off")
+    assert sparkcds.plan(java, "local[*]") == sparkcds.Plan("", "", None, None)
+
+    monkeypatch.setenv(sparkcds.ENV, str(tmp_path / "cache"))
+    p = sparkcds.plan(java, "local[*]")
+    assert p.recording is not None and p.archive is not None
+    assert p.recording.exists()  # the marker other sessions see
+    assert f"-XX:ArchiveClassesAtExit={p.recording}" in p.driver and p.executor == ""
+    # Meanwhile, a second session neither records nor maps.
+    assert sparkcds.plan(java, "local[*]") == sparkcds.Plan("", "", None, p.archive)
+    # A dead recorder's file is removed, and this session records.
+    dead = p.recording.with_name(f"{p.archive.name}.999999999.tmp")
+    p.recording.rename(dead)
+    assert sparkcds.plan(java, "local[*]").recording == p.recording
+    assert not dead.exists()
+
+    p.recording.unlink()
+    p.archive.write_bytes(b"x")
+    use = f"-XX:SharedArchiveFile={p.archive}"
+    for master, executors in [
+        ("local[*]", False),
+        ("spark://127.0.0.1:7077", True),  # a cluster on this machine (cluster up)
+        ("spark://localhost:7077", True),
+        ("spark://198.18.0.1:7077", False),  # its workers may not have the file
+        ("yarn", False),
+    ]:
+        q = sparkcds.plan(java, master)
+        assert use in q.driver and q.recording is None
+        assert (use in q.executor) == executors, master
