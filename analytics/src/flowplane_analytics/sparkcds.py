@@ -75,7 +75,7 @@ def plan(java: str, master: str) -> Plan:
             archive.parent.mkdir(parents=True, exist_ok=True)
     except (OSError, RuntimeError):  # an unwritable cache, no home: run without an archive
         archive = None
-    if archive is None:
+    if archive is None or any(c.isspace() for c in str(archive)):  # Spark splits options
         return Plan("", "", None, None)
     if archive.is_file():
         use = f"-XX:SharedArchiveFile={archive} {_QUIET}"
