@@ -53,6 +53,9 @@ def test_plan(tmp_path, monkeypatch):
     monkeypatch.setenv(sparkcds.ENV, "off")
     assert sparkcds.plan(java, "local[*]") == sparkcds.Plan("", "", None, None)
 
+    monkeypatch.setenv(sparkcds.ENV, str(tmp_path / "a cache"))  # Spark splits on blanks
+    assert sparkcds.plan(java, "local[*]") == sparkcds.Plan("", "", None, None)
+
     monkeypatch.setenv(sparkcds.ENV, str(tmp_path / "cache"))
     p = sparkcds.plan(java, "local[*]")
     assert p.recording is not None and p.archive is not None
