@@ -30,7 +30,7 @@ def _session(cache: Path) -> tuple[str, str]:
     return r.stdout.strip(), r.stderr
 
 
-def test_recorded_once_then_mapped(tmp_path):
+def test_recorded_once_then_mapped(tmp_path, monkeypatch):
     out, err = _session(tmp_path)
     assert out == "10 False"  # the first session records
     (archive,) = tmp_path.glob("*.jsa")
@@ -41,11 +41,17 @@ def test_recorded_once_then_mapped(tmp_path):
     out, err = _session(tmp_path)
     assert out == "10 True"  # the next maps it
     assert "cds" not in err and "[warning]" not in err
+    # Damaged: a JVM given the session's options runs without it, silently.
     archive.chmod(0o644)
     archive.write_bytes(b"not an archive" * 1000)
-    out, err = _session(tmp_path)
-    assert out == "10 False"  # unusable: the JVM runs without it, silently
-    assert "cds" not in err and "[warning]" not in err
+    monkeypatch.setenv(sparkcds.ENV, str(tmp_path))
+    opts = sparkcds.plan(engine.check_java(), "local[*]").driver
+    assert f"-XX:SharedArchiveFile={archive}" in opts
+    r = subprocess.run(
+        [engine.check_java(), *opts.split(), "-version"], capture_output=True, text=True
+    )
+    assert r.returncode == 0 and "version" in r.stderr
+    assert "cds" not in r.stdout + r.stderr and "[warning]" not in r.stdout + r.stderr
 
 
 def test_plan(tmp_path, monkeypatch):
