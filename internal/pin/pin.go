@@ -170,8 +170,11 @@ func private() (why, fix string) {
 		return "a launcher (ip netns exec, unshare -m) gave it a /sys of its own, and no bpffs is mounted outside it",
 			"mount one on the host first (mount -t bpf bpf /sys/fs/bpf), " + nsenter
 	}
-	return "it runs detached (its parent is PID 1), and PID 1's mount namespace is out of reach",
-		"start it as a child of the shell that runs the other commands (ip netns exec NS flowplane … &), " + nsenter
+	why = "no other process's mount namespace is within reach"
+	if os.Getppid() == 1 {
+		why = "it runs detached (its parent is PID 1), and PID 1's mount namespace is out of reach"
+	}
+	return why, "start it as a child of the shell that runs the other commands (ip netns exec NS flowplane … &), " + nsenter
 }
 
 // Netns names the pin directory of a per-network-namespace instance, ns<inode>: a subsystem
