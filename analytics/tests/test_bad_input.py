@@ -299,7 +299,10 @@ def test_lab_topology_typos_exit_2(tmp_path, capsys):
         "name: lab\nnodes:\n  r1: {kind: routr}\n  r2: {kind: router}\n  h1: {}\n"
         "lnks:\n  - endpoints: [r1, h1]\nlinks:\n  - endpoints: [r1, r2]\n    bandwidth: 1gbit\n"
     )
-    for cmd in (["loss", "-d", tmp_path / "nodata", "-t", t, "--fail-on-alarm"], ["clusters", t]):
+    for cmd in (
+        ["loss", "-d", tmp_path / "nodata", "-t", t, "--fail-on-alarm"],
+        ["clusters", "-t", t],
+    ):
         code, out, err = run(cmd, capsys)
         bad_input(
             code,
@@ -341,7 +344,7 @@ def test_schema_is_package_data():
 def test_topology_files(text, want, tmp_path, capsys):
     t = tmp_path / "t.yaml"
     t.write_text(text)
-    code, _, err = run(["clusters", t], capsys)
+    code, _, err = run(["clusters", "-t", t], capsys)
     bad_input(code, err, f"{t}{want}" if want.startswith(":") else want, t)
 
 
@@ -354,14 +357,14 @@ def test_topology_not_there_or_not_text(tmp_path, capsys):
         bad_input(code, err, path, want)
     b = tmp_path / "b.yaml"
     b.write_bytes(b"\xff\xfe\x00nodes")
-    bad_input(*run(["clusters", b], capsys)[::2], b, "not a text file")
+    bad_input(*run(["clusters", "-t", b], capsys)[::2], b, "not a text file")
     g = tmp_path / "g.graphml"
     g.write_text("<graphml><graph")
-    bad_input(*run(["clusters", g], capsys)[::2], g, "not a GraphML file")
+    bad_input(*run(["clusters", "-t", g], capsys)[::2], g, "not a GraphML file")
 
 
 def test_synth_needs_a_lab(tmp_path, capsys):
-    code, _, err = run(["synth", DATA / "rfc_example.yaml", "-d", tmp_path / "s"], capsys)
+    code, _, err = run(["synth", "-t", DATA / "rfc_example.yaml", "-d", tmp_path / "s"], capsys)
     bad_input(code, err, "rfc_example.yaml", "synth needs a lab topology")
 
 
@@ -374,7 +377,7 @@ def test_parquet_needs_output_before_any_work(tmp_path, capsys):
         ["loss", "-d", nope, "-t", nope],
         ["delay", "-d", nope, "-t", nope],
         ["paths", "-d", nope, "-t", nope],
-        ["clusters", nope],
+        ["clusters", "-t", nope],
         ["collect", "-d", nope, "-p", "http://127.0.0.1:1"],
     ):
         code, out, err = run([*cmd, "--format", "parquet"], capsys)
@@ -385,14 +388,32 @@ def test_parquet_needs_output_before_any_work(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("args", "want"),
     [
-        (["synth", TOPO, "-d", "X", "--periods", "-1"], "argument --periods: -1: want 1 or more"),
-        (["synth", TOPO, "-d", "X", "--periods", "0"], "argument --periods: 0: want 1 or more"),
-        (["synth", TOPO, "-d", "X", "--periods", "ten"], "--periods: 'ten' is not a whole number"),
-        (["synth", TOPO, "-d", "X", "--packets", "-1"], "argument --packets: -1: want 0 or more"),
-        (["synth", TOPO, "-d", "X", "--loss", "1.5"], "argument --loss: 1.5: want from 0 to 1"),
-        (["synth", TOPO, "-d", "X", "--loss", "nan"], "argument --loss: nan: want from 0 to 1"),
-        (["synth", TOPO, "-d", "X", "--hash-bits", "40"], "--hash-bits: 40: want 0 to 31"),
-        (["synth", TOPO, "-d", "X", "--jitter-ns", "-5"], "--jitter-ns: -5: want 0 or more"),
+        (
+            ["synth", "-t", TOPO, "-d", "X", "--periods", "-1"],
+            "argument --periods: -1: want 1 or more",
+        ),
+        (
+            ["synth", "-t", TOPO, "-d", "X", "--periods", "0"],
+            "argument --periods: 0: want 1 or more",
+        ),
+        (
+            ["synth", "-t", TOPO, "-d", "X", "--periods", "ten"],
+            "--periods: 'ten' is not a whole number",
+        ),
+        (
+            ["synth", "-t", TOPO, "-d", "X", "--packets", "-1"],
+            "argument --packets: -1: want 0 or more",
+        ),
+        (
+            ["synth", "-t", TOPO, "-d", "X", "--loss", "1.5"],
+            "argument --loss: 1.5: want from 0 to 1",
+        ),
+        (
+            ["synth", "-t", TOPO, "-d", "X", "--loss", "nan"],
+            "argument --loss: nan: want from 0 to 1",
+        ),
+        (["synth", "-t", TOPO, "-d", "X", "--hash-bits", "40"], "--hash-bits: 40: want 0 to 31"),
+        (["synth", "-t", TOPO, "-d", "X", "--jitter-ns", "-5"], "--jitter-ns: -5: want 0 or more"),
         (["paths", "-d", "X", "-t", TOPO, "--limit", "-5"], "--limit: -5: want 0 or more"),
         (["loss", "-d", "X", "-t", TOPO, "--batch-periods", "-1"], "--batch-periods: -1: want 0"),
         (
@@ -444,7 +465,7 @@ def test_bad_settings(ds, tmp_path, capsys):
         ["report", "-d", ds, "-t", TOPO, "--html", tmp_path / "no" / "r.html"], capsys
     )
     bad_input(code, err, "--html", "no directory")
-    code, _, err = run(["clusters", TOPO, "--png", tmp_path / "no" / "g.png"], capsys)
+    code, _, err = run(["clusters", "-t", TOPO, "--png", tmp_path / "no" / "g.png"], capsys)
     bad_input(code, err, "--png", "no directory")
 
 
@@ -465,7 +486,7 @@ def test_collect_and_synth_inputs(tmp_path, capsys):
         ["collect", "-d", tmp_path, "-p", "h:1", "--token-file", tmp_path / "t"], capsys
     )
     bad_input(code, err, "--token-file", "No such file")
-    code, _, err = run(["synth", TOPO, "-d", a_file], capsys)
+    code, _, err = run(["synth", "-t", TOPO, "-d", a_file], capsys)
     bad_input(code, err, a_file, "not a directory")
 
 

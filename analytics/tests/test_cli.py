@@ -19,7 +19,18 @@ def ds(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     assert (
         main(
-            ["synth", TOPO, "-d", str(root), "--periods", "2", "--packets", "400", "--lab-ifnames"]
+            [
+                "synth",
+                "-t",
+                TOPO,
+                "-d",
+                str(root),
+                "--periods",
+                "2",
+                "--packets",
+                "400",
+                "--lab-ifnames",
+            ]
         )
         == 0
     )
@@ -32,6 +43,7 @@ def test_clusters_table_and_png(tmp_path, capsys):
         main(
             [
                 "clusters",
+                "-t",
                 str(DATA / "rfc_example.yaml"),
                 "--png",
                 str(png),
@@ -57,7 +69,7 @@ def test_probe_hosts(capsys):
         ([], ["C1", "C2", "e2e"]),
         (["--probe-hosts"], ["C1", "C2", "C3", "C4", "C5", "C6", "e2e"]),
     ):
-        assert main(["clusters", demo, "--format", "json", *args]) == 0
+        assert main(["clusters", "-t", demo, "--format", "json", *args]) == 0
         rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
         assert [r["cluster"] for r in rows] == want
     assert any(r["inputs"] == "r1:eth1:out" and r["outputs"] == "h2:eth0:in" for r in rows)
@@ -87,7 +99,7 @@ def test_delay_paths_report(ds, tmp_path, capsys):
 def test_usage_errors(tmp_path, capsys):
     assert main(["loss", "-d", str(tmp_path), "-t", TOPO]) == 2
     assert "no counters" in capsys.readouterr().err
-    assert main(["clusters", str(tmp_path / "nope.yaml")]) == 2
+    assert main(["clusters", "-t", str(tmp_path / "nope.yaml")]) == 2
     with pytest.raises(SystemExit) as e:
         main(["loss"])
     assert e.value.code == 2
@@ -144,7 +156,8 @@ def test_compact(ds, tmp_path, capsys):
             assert capsys.readouterr().out == want[m]
     # a new period arrives: compact/ is stale, the partitioned records are read (and said so)
     assert (
-        main(["synth", TOPO, "-d", str(tmp_path / "more"), "--periods", "3", "--lab-ifnames"]) == 0
+        main(["synth", "-t", TOPO, "-d", str(tmp_path / "more"), "--periods", "3", "--lab-ifnames"])
+        == 0
     )
     for d in (tmp_path / "more" / "counters").glob("probe=*/period=*"):
         if not (root / "counters" / d.parent.name / d.name).exists():
@@ -153,3 +166,25 @@ def test_compact(ds, tmp_path, capsys):
     assert main(["loss", "-d", str(root), "-t", TOPO, "--format", "csv"]) == 0
     cap = capsys.readouterr()
     assert "stale" in cap.err and cap.out != want["loss"]
+
+
+def test_positional_topology_is_deprecated(capsys):
+    """clusters TOPOLOGY and synth TOPOLOGY (earlier releases) still work, with one notice on
+    stderr and the same output as --topology; both at once, or neither, exit 2."""
+    t = str(DATA / "rfc_example.yaml")
+    assert main(["clusters", "-t", t, "--format", "csv"]) == 0
+    want = capsys.readouterr()
+    assert want.err == ""
+    assert main(["clusters", t, "--format", "csv"]) == 0
+    got = capsys.readouterr()
+    assert got.out == want.out
+    assert got.err == (
+        'flowplane-analytics: "clusters TOPOLOGY" is deprecated; '
+        'use "clusters --topology TOPOLOGY"\n'
+    )
+    assert main(["clusters", t, "-t", t]) == 2
+    assert "give the topology once" in capsys.readouterr().err
+    for cmd in (["clusters"], ["synth", "-d", "X"]):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err
+        assert "the following arguments are required: --topology/-t" in err, err

@@ -88,3 +88,29 @@ def test_plan(tmp_path, monkeypatch):
         q = sparkcds.plan(java, master)
         assert use in q.driver and q.recording is None
         assert (use in q.executor) == executors, master
+
+
+def test_publish_keeps_two_archives(tmp_path, monkeypatch):
+    """A new archive (a fresh install's) removes all but the most recently used other one, which
+    a mapping session marks; dead recorders' files go too, a live recorder's stays."""
+    monkeypatch.setenv(sparkcds.ENV, str(tmp_path))
+    old = [tmp_path / f"spark-4.0.5-{i:016x}.jsa" for i in range(3)]
+    for i, f in enumerate(old):
+        f.write_bytes(b"x")
+        os.utime(f, ns=(i * 10**9, i * 10**9))
+    java = engine.check_java()
+    archive = sparkcds.archive_path(java)
+    assert archive is not None
+    archive.write_bytes(b"x")
+    os.utime(archive, ns=(0, 0))
+    assert sparkcds.plan(java, "local[*]").archive == archive  # maps it: now the newest
+    dead = tmp_path / f"{old[0].name}.999999999.tmp"
+    live = tmp_path / f"{old[1].name}.{os.getpid()}.tmp"
+    dead.touch()
+    live.touch()
+    recording = tmp_path / "new.jsa.tmp"
+    recording.write_bytes(b"y")
+    new = tmp_path / "spark-4.0.5-ffffffffffffffff.jsa"
+    sparkcds.publish(recording, new)
+    assert sorted(f.name for f in tmp_path.iterdir()) == sorted([new.name, archive.name, live.name])
+    assert new.read_bytes() == b"y"

@@ -205,7 +205,7 @@ func TestLabAnalyticsLossPerCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	var clusters []amCluster
-	runAnalyticsJSON(t, script, &clusters, "clusters", topoFile, "--format", "json")
+	runAnalyticsJSON(t, script, &clusters, "clusters", "--topology", topoFile, "--format", "json")
 	var rows []struct {
 		Period  int64
 		Cluster string

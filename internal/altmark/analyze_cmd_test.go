@@ -79,7 +79,7 @@ func TestAnalyzeRunsRealPackage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(exe, "clusters", "../../analytics/tests/data/rfc_example.yaml", "--format", "csv").CombinedOutput()
+	out, err := exec.Command(exe, "clusters", "--topology", "../../analytics/tests/data/rfc_example.yaml", "--format", "csv").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", exe, err, out)
 	}

@@ -10,12 +10,16 @@
 // where PID 1 is out of reach, as in some sandboxes, the outermost reachable ancestor's). When
 // that is the bpffs on this process's own /sys/fs/bpf, paths read /sys/fs/bpf/flowplane/…;
 // otherwise the directory is opened once and reached through /proc/self/fd/N. Only when no
-// such bpffs exists is one mounted on this process's /sys/fs/bpf.
+// such bpffs exists is one mounted on this process's /sys/fs/bpf; when that mount is not known
+// to be shared (this process's mount namespace is not the outermost reachable one's, or no
+// other is within reach: a command detached from its shell where PID 1 is out of reach), a
+// warning says so and how to start the command instead.
 package pin
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -139,7 +143,38 @@ func ensureBPFFS() error {
 	if err := unix.Mount("bpf", bpffs, "bpf", 0, "mode=0700"); err != nil {
 		return fmt.Errorf("mount bpffs on %s: %w (run as root)", bpffs, err)
 	}
+	if why, fix := private(); why != "" {
+		slog.Warn("pins are private to this process: other flowplane commands will not find them",
+			"bpffs", bpffs, "why", why, "fix", fix)
+	}
 	return nil
+}
+
+// private says why a bpffs this process mounted on its own /sys/fs/bpf may be seen by no other
+// process, and what to do instead ("" when its mount namespace is the outermost reachable
+// process's).
+func private() (why, fix string) {
+	const nsenter = "or start it with nsenter --net=/run/netns/NS, which keeps the host's /sys/fs/bpf"
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return "its mount namespace cannot be read", "run it as root; " + nsenter
+	}
+	for _, pid := range ancestry.Chain() {
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+		if err != nil {
+			continue
+		}
+		if ns == self {
+			return "", ""
+		}
+		return "a launcher (ip netns exec, unshare -m) gave it a /sys of its own, and no bpffs is mounted outside it",
+			"mount one on the host first (mount -t bpf bpf /sys/fs/bpf), " + nsenter
+	}
+	why = "no other process's mount namespace is within reach"
+	if os.Getppid() == 1 {
+		why = "it runs detached (its parent is PID 1), and PID 1's mount namespace is out of reach"
+	}
+	return why, "start it as a child of the shell that runs the other commands (ip netns exec NS flowplane … &), " + nsenter
 }
 
 // Netns names the pin directory of a per-network-namespace instance, ns<inode>: a subsystem

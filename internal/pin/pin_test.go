@@ -1,10 +1,15 @@
 package pin_test
 
 import (
+	"encoding/json"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -115,4 +120,91 @@ func fsType(path string) int64 {
 		return -1
 	}
 	return int64(st.Type)
+}
+
+// The helper process of TestDetachedInOwnMountNamespace, when its environment names an output.
+func TestMain(m *testing.M) {
+	if out := os.Getenv("FP_PIN_HELPER_OUT"); out != "" {
+		detachedHelper(out, os.Getenv("FP_PIN_HELPER_SUB"))
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// detachedHelper waits to be reparented to PID 1, calls Dir, and writes Dir's log lines and a
+// last line with its answer (JSON) to out.
+func detachedHelper(out, sub string) {
+	f, err := os.Create(out + ".tmp")
+	if err != nil {
+		os.Exit(1)
+	}
+	for deadline := time.Now().Add(10 * time.Second); os.Getppid() != 1 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	slog.SetDefault(slog.New(slog.NewJSONHandler(f, nil)))
+	dir, err := pin.Dir(sub, "x")
+	res := map[string]any{"ppid": os.Getppid(), "dir": dir, "bpffs": fsType(dir) == unix.BPF_FS_MAGIC}
+	if err != nil {
+		res["error"] = err.Error()
+	}
+	_ = json.NewEncoder(f).Encode(res)
+	_ = f.Close()
+	_ = os.Rename(out+".tmp", out)
+}
+
+// TestDetachedInOwnMountNamespace: Dir in a process started detached (its parent PID 1, as after
+// setsid -f, a daemon's double fork or a subshell that has exited) in a mount namespace of its
+// own with a fresh /sys, as ip netns exec gives. Where PID 1's root is within reach (a normal
+// host) the pins go to the shared bpffs; where it is not (some sandboxes), no process outside
+// is within reach: Dir mounts a bpffs of its own and warns that the pins are private.
+func TestDetachedInOwnMountNamespace(t *testing.T) {
+	t.Parallel()
+	testenv.Privileged(t)
+	testenv.Need(t, "setsid", "unshare")
+	sub := testenv.Name("pin")
+	t.Cleanup(func() { _ = pin.Remove(sub) })
+	out := filepath.Join(t.TempDir(), "out")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `umount -l /sys && mount -t sysfs sysfs /sys && exec "$0"`
+	cmd := exec.Command("setsid", "-f", "unshare", "--mount", "--propagation", "slave", "sh", "-c", script, self)
+	cmd.Env = append(os.Environ(), "FP_PIN_HELPER_OUT="+out, "FP_PIN_HELPER_SUB="+sub)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v: %s", cmd, err, b)
+	}
+	var b []byte
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if b, err = os.ReadFile(out); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("the helper wrote nothing: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var res struct {
+		PPID  int    `json:"ppid"`
+		Dir   string `json:"dir"`
+		BPFFS bool   `json:"bpffs"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
+		t.Fatalf("helper's answer %q: %v", lines[len(lines)-1], err)
+	}
+	if res.Error != "" || !res.BPFFS || res.PPID != 1 {
+		t.Fatalf("helper: %+v; want Dir on a bpffs, in a process whose parent is PID 1", res)
+	}
+	warned := strings.Contains(string(b), "pins are private") && strings.Contains(string(b), "detached")
+	if reachable := fsType("/proc/1/root/sys/fs/bpf") == unix.BPF_FS_MAGIC; reachable {
+		if warned {
+			t.Errorf("warned with PID 1's bpffs within reach:\n%s", b)
+		}
+		if _, err := os.Stat(filepath.Join(pin.Root, sub, "x")); err != nil {
+			t.Errorf("the detached process's pins are not on the shared bpffs: %v", err)
+		}
+	} else if !warned {
+		t.Errorf("PID 1 out of reach, pins private, and no warning:\n%s", b)
+	}
 }

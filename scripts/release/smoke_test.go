@@ -290,7 +290,7 @@ func TestReleaseSmoke(t *testing.T) {
 	})
 	s.step("flowplane-analytics synth, loss", func() {
 		data := filepath.Join(tmp, "synth")
-		s.run("flowplane-analytics", "synth", topoFile, "--data", data, "--periods", "3", "--loss", "0.01")
+		s.run("flowplane-analytics", "synth", "--topology", topoFile, "--data", data, "--periods", "3", "--loss", "0.01")
 		direct := s.run("flowplane-analytics", "loss", "--data", data, "--topology", topoFile, "--format", "csv")
 		viaFlowplane := s.run("flowplane", "altmark", "analyze", "loss", "--data", data, "--topology", topoFile, "--format", "csv")
 		if direct != viaFlowplane || strings.Count(direct, "\n") != 1+3*3 || !strings.Contains(direct, "e2e") {

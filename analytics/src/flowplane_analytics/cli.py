@@ -113,7 +113,38 @@ def _hosts_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _metric_args(p: argparse.ArgumentParser, topo_required: bool = True) -> None:
+def _topology_arg(p: argparse.ArgumentParser, old_positional: bool = False) -> None:
+    """--topology/-t, as every command that reads a topology takes it. old_positional: the
+    TOPOLOGY positional of earlier releases still works, with a notice (run checks)."""
+    p.add_argument(
+        "--topology",
+        "-t",
+        required=not old_positional,
+        help="lab topology YAML or graph file (YAML/JSON links of MP ids, GraphML)"
+        + (" (required)" if old_positional else ""),
+    )
+    if old_positional:
+        p.add_argument("old_topology", nargs="?", help=argparse.SUPPRESS)
+
+
+def _old_topology(a: argparse.Namespace) -> None:
+    """clusters and synth: the deprecated positional TOPOLOGY taken as --topology, or the
+    missing flag said as argparse says it."""
+    old = getattr(a, "old_topology", None)
+    if old is not None:
+        if a.topology is not None:
+            raise UsageError(f"{a.cmd}: give the topology once, as --topology {a.topology}")
+        print(
+            f'flowplane-analytics: "{a.cmd} TOPOLOGY" is deprecated; '
+            f'use "{a.cmd} --topology TOPOLOGY"',
+            file=sys.stderr,
+        )
+        a.topology = old
+    if hasattr(a, "old_topology") and a.topology is None:
+        raise UsageError(f"{a.cmd}: the following arguments are required: --topology/-t")
+
+
+def _metric_args(p: argparse.ArgumentParser) -> None:
     _hosts_arg(p)
     p.add_argument(
         "--data",
@@ -121,12 +152,7 @@ def _metric_args(p: argparse.ArgumentParser, topo_required: bool = True) -> None
         required=True,
         help="dataset: a directory or s3://BUCKET/PREFIX",
     )
-    p.add_argument(
-        "--topology",
-        "-t",
-        required=topo_required,
-        help="lab topology YAML or graph file (YAML/JSON links of MP ids, GraphML)",
-    )
+    _topology_arg(p)
     p.add_argument(
         "--super",
         action="append",
@@ -226,7 +252,7 @@ def parser() -> argparse.ArgumentParser:
     _engine_args(p)
 
     p = sub.add_parser("clusters", help="clusters of a topology (table, PNG)")
-    p.add_argument("topology", help="lab topology YAML or graph file")
+    _topology_arg(p, old_positional=True)
     _hosts_arg(p)
     p.add_argument("--png", help="write the graph coloured by cluster to this PNG")
     p.add_argument("--super", action="append", default=[], metavar="C1+C2")
@@ -282,7 +308,7 @@ def parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("synth", help="write synthetic records with injected loss (demo, bench)")
-    p.add_argument("topology")
+    _topology_arg(p, old_positional=True)
     _hosts_arg(p)
     p.add_argument("--data", "-d", required=True)
     p.add_argument("--periods", type=_int_at_least(1), default=10)
@@ -585,6 +611,7 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
     """The command; known_bad: files an earlier run found bad only by reading them through."""
     a = parser().parse_args(argv)
     a.known_bad = list(known_bad)
+    _old_topology(a)
     if not hasattr(a, "skip_bad_files"):
         a.skip_bad_files = False
     _check_out_args(a)

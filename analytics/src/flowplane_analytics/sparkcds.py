@@ -11,7 +11,10 @@ executors of a cluster on this machine (a ``spark://`` master on a loopback addr
 (another Java, changed jars, a corrupt file) runs without it, silently.
 ``FLOWPLANE_SPARK_CDS=off`` turns it off; the archive lives in
 ``$XDG_CACHE_HOME/flowplane-analytics`` (default ``~/.cache/…``) unless
-``FLOWPLANE_SPARK_CDS`` names another directory.
+``FLOWPLANE_SPARK_CDS`` names another directory. Each install records its own archive, so
+a new one removes all but the most recently used other one (a mapping session marks its
+archive used): a machine that keeps making fresh installs keeps two archives, not one per
+install.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ ENV = "FLOWPLANE_SPARK_CDS"
 # stdout, where a command's table goes.
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+# Archives kept in the directory: the one just recorded and the most recently used other one.
+KEEP = 2
 
 
 @dataclass
@@ -78,6 +83,8 @@ def plan(java: str, master: str) -> Plan:
     if archive is None or any(c.isspace() for c in str(archive)):  # Spark splits options
         return Plan("", "", None, None)
     if archive.is_file():
+        with contextlib.suppress(OSError):
+            os.utime(archive)  # used now: pruning keeps the most recently used
         use = f"-XX:SharedArchiveFile={archive} {_QUIET}"
         here = master.startswith("spark://") and urlparse(master).hostname in _LOOPBACK
         return Plan(use, use if here else "", None, archive)
@@ -117,10 +124,35 @@ def finish_at_exit(p: Plan, jvm: subprocess.Popen[bytes] | None) -> None:
             if jvm.stdin is not None:
                 jvm.stdin.close()
             ok = jvm.wait(timeout=120) == 0 and recording.stat().st_size > 0
-            if ok:
-                os.replace(recording, archive)
-        if not ok:
+        if ok:
+            publish(recording, archive)
+        else:
             with contextlib.suppress(OSError):
                 recording.unlink()
 
     atexit.register(finish)
+
+
+def publish(recording: Path, archive: Path) -> None:
+    """The recording renamed into place; then the directory's other archives pruned to the
+    KEEP − 1 most recently used, and dead recorders' files of any archive removed (a JVM still
+    mapping a removed archive keeps its mapping)."""
+    try:
+        os.replace(recording, archive)
+    except OSError:
+        with contextlib.suppress(OSError):
+            recording.unlink()
+        return
+    others = []
+    for f in archive.parent.glob("spark-*.jsa*"):
+        if f.name.endswith(".tmp"):
+            pid = f.name.rsplit(".", 2)[-2]
+            if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):
+                with contextlib.suppress(OSError):
+                    f.unlink()
+        elif f.name.endswith(".jsa") and f != archive:
+            with contextlib.suppress(OSError):
+                others.append((f.stat().st_mtime_ns, f))
+    for _, f in sorted(others, reverse=True)[KEEP - 1 :]:
+        with contextlib.suppress(OSError):
+            f.unlink()
