@@ -1,11 +1,13 @@
 """A real Spark standalone cluster (a master and 2 workers, `cluster up`): loss, delay, paths and
-report run on it (the CLI with --master spark://…, and spark-submit in client mode) give exactly
-DuckDB's answers, and the work ran on the two workers' executors, not in the driver."""
+report run on it (the CLI with --master spark://…, and spark-submit in client mode) on a compacted
+dataset give exactly DuckDB's answers, and the work ran on the two workers' executors, not in the
+driver."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -21,6 +23,17 @@ from flowplane_analytics.cli import main
 TOPO = str(DATA / "lab6.yaml")
 PKG = Path(__file__).parents[1] / "src" / "flowplane_analytics"
 COMMANDS = ("loss", "delay", "paths")
+
+
+@pytest.fixture(scope="module")
+def compacted(truth_dataset, tmp_path_factory):
+    """A copy of the truth dataset with its compact layout, which the commands then read (as a
+    user compacts before analysing at scale; the raw layout on Spark: test_metrics)."""
+    root, _ = truth_dataset
+    copy = tmp_path_factory.mktemp("compacted") / "data"
+    shutil.copytree(root, copy)
+    assert main(["compact", "-d", str(copy)]) == 0
+    return copy
 
 
 @pytest.fixture(scope="session")
@@ -60,7 +73,7 @@ def _tasks_by_executor(events: Path, app: str) -> dict[str, int]:
 
 
 def _outputs(tmp: Path, data: Path, extra: list[str]) -> list[list[str]]:
-    base = ["-d", str(data), "-t", TOPO, *extra]
+    base = ["-d", str(data), "-t", TOPO, "--layout", "compact", *extra]
     runs = [[m, *base, "--format", "parquet", "-o", str(tmp / f"{m}.parquet")] for m in COMMANDS]
     runs[2] += ["--limit", "0"]
     runs.append(["report", *base, "--html", str(tmp / "report.html")])
@@ -77,8 +90,8 @@ def _same(a: Path, b: Path) -> None:
     assert (a / "report.html").read_text() == (b / "report.html").read_text()
 
 
-def test_cluster_runs_the_metrics_like_duckdb(cluster, truth_dataset, tmp_path):
-    root, _ = truth_dataset
+def test_cluster_runs_the_metrics_like_duckdb(cluster, compacted, tmp_path):
+    root = compacted
     want, got, events = tmp_path / "duckdb", tmp_path / "spark", tmp_path / "events"
     want.mkdir()
     got.mkdir()
@@ -122,11 +135,11 @@ def test_cluster_runs_the_metrics_like_duckdb(cluster, truth_dataset, tmp_path):
     assert set(tasks) == {"0", "1"}, tasks
 
 
-def test_spark_submit_client_mode(cluster, truth_dataset, tmp_path):
+def test_spark_submit_client_mode(cluster, compacted, tmp_path):
     """As docs/altmark-analytics.md says: spark-submit --deploy-mode client … __main__.py."""
-    root, _ = truth_dataset
+    root = compacted
     out = tmp_path / "loss.parquet"
-    args = ["-d", str(root), "-t", TOPO, "--format", "parquet", "-o"]
+    args = ["-d", str(root), "-t", TOPO, "--layout", "compact", "--format", "parquet", "-o"]
     assert main(["loss", *args, str(tmp_path / "want.parquet")]) == 0
     submit = Path(sys.executable).parent / "spark-submit"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
