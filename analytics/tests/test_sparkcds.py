@@ -32,8 +32,10 @@ def _session(cache: Path) -> tuple[str, str]:
 
 def test_recorded_once_then_mapped(tmp_path, monkeypatch):
     out, err = _session(tmp_path)
-    assert out == "10 False"  # the first session records
+    assert out == "10 False"  # the first session records, and says so as it writes
     (archive,) = tmp_path.glob("*.jsa")
+    saving = f"saving Spark's class archive for faster starts (once per install): {archive}\n"
+    assert f"flowplane-analytics: {saving}" in err
     assert not list(tmp_path.glob("*.tmp"))
     assert archive.read_bytes()[:4] == bytes.fromhex("a8ab0bf0")  # a dynamic CDS archive's magic
     for text in (out, err):

@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -120,6 +121,12 @@ def finish_at_exit(p: Plan, jvm: subprocess.Popen[bytes] | None) -> None:
 
     def finish() -> None:
         ok = False
+        # The JVM takes seconds to write the archive: said, so that the wait is not a hang.
+        print(
+            f"flowplane-analytics: saving Spark's class archive for faster starts "
+            f"(once per install): {archive}",
+            file=sys.stderr,
+        )
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             if jvm.stdin is not None:
                 jvm.stdin.close()
