@@ -23,6 +23,7 @@ import (
 
 	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/netdev"
+	"github.com/flowplane/flowplane/internal/pin"
 )
 
 // Feature is one probed ability of the host.
@@ -79,14 +80,25 @@ func probe() *found {
 
 	_, err := os.Stat("/sys/kernel/btf/vmlinux")
 	f.add("btf", err == nil, "/sys/kernel/btf/vmlinux%s", errText(err))
+	// Where pins go, as internal/pin decides: under `ip netns exec` the shared bpffs is an
+	// ancestor's, not this process's /sys/fs/bpf.
 	var sf unix.Statfs_t
+	where, shared := pin.Shared()
+	why, fix := pin.Private()
 	switch {
+	case shared && where == "/sys/fs/bpf":
+		f.add("bpffs", true, "mounted on /sys/fs/bpf, where pins go")
+	case shared:
+		f.add("bpffs", true, "this /sys hides it: pins go to the bpffs other commands reach, %s", where)
 	case unix.Statfs("/sys/fs/bpf", &sf) == nil && sf.Type == unix.BPF_FS_MAGIC:
 		f.add("bpffs", true, "mounted on /sys/fs/bpf")
-	case f.have("cap_sys_admin"):
-		f.add("bpffs", true, "not mounted; flowplane mounts it on /sys/fs/bpf when it first pins")
-	default:
+	case !f.have("cap_sys_admin"):
 		f.add("bpffs", false, "not mounted, and mounting it needs CAP_SYS_ADMIN")
+	case why != "":
+		f.add("bpffs", true, "none within reach: each command would mount one of its own, and its pins would be "+
+			"private (%s); %s", why, fix)
+	default:
+		f.add("bpffs", true, "not mounted; flowplane mounts it on /sys/fs/bpf when it first pins")
 	}
 	mp, err := cgroup.Mount()
 	f.add("cgroup2", err == nil, "%s%s", mp, errText(err))

@@ -41,6 +41,7 @@ var outer struct {
 	once sync.Once
 	path string // /proc/self/fd/N, "" when there is none
 	dev  uint64
+	pid  int // whose root it was reached through
 }
 
 // findOuter walks from PID 1 down this process's ancestors for the first root whose
@@ -58,7 +59,7 @@ func findOuter() {
 			unix.Close(fd)
 			continue
 		}
-		outer.path, outer.dev = "/proc/self/fd/"+strconv.Itoa(fd), st.Dev
+		outer.path, outer.dev, outer.pid = "/proc/self/fd/"+strconv.Itoa(fd), st.Dev, pid
 		return
 	}
 }
@@ -79,10 +80,14 @@ func base() string {
 }
 
 // Shared reports whether pins go to the bpffs that other launchers see (the outermost
-// reachable one), and where that is.
-func Shared() (dir string, ok bool) {
+// reachable one), and where that is: /sys/fs/bpf, or /proc/PID/root/sys/fs/bpf when this
+// process's own /sys hides it.
+func Shared() (where string, ok bool) {
 	outer.once.Do(findOuter)
-	return base(), outer.path != ""
+	if b := base(); b == bpffs || outer.path == "" {
+		return bpffs, outer.path != ""
+	}
+	return fmt.Sprintf("/proc/%d/root%s", outer.pid, bpffs), true
 }
 
 // Dir returns Root/parts…, creating it (and mounting bpffs if needed).
@@ -143,17 +148,17 @@ func ensureBPFFS() error {
 	if err := unix.Mount("bpf", bpffs, "bpf", 0, "mode=0700"); err != nil {
 		return fmt.Errorf("mount bpffs on %s: %w (run as root)", bpffs, err)
 	}
-	if why, fix := private(); why != "" {
+	if why, fix := Private(); why != "" {
 		slog.Warn("pins are private to this process: other flowplane commands will not find them",
 			"bpffs", bpffs, "why", why, "fix", fix)
 	}
 	return nil
 }
 
-// private says why a bpffs this process mounted on its own /sys/fs/bpf may be seen by no other
+// Private says why a bpffs this process mounts on its own /sys/fs/bpf may be seen by no other
 // process, and what to do instead ("" when its mount namespace is the outermost reachable
 // process's).
-func private() (why, fix string) {
+func Private() (why, fix string) {
 	const nsenter = "or start it with nsenter --net=/run/netns/NS, which keeps the host's /sys/fs/bpf"
 	self, err := os.Readlink("/proc/self/ns/mnt")
 	if err != nil {

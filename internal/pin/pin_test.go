@@ -142,8 +142,9 @@ func detachedHelper(out, sub string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	slog.SetDefault(slog.New(slog.NewJSONHandler(f, nil)))
+	_, shared := pin.Shared()
 	dir, err := pin.Dir(sub, "x")
-	res := map[string]any{"ppid": os.Getppid(), "dir": dir, "bpffs": fsType(dir) == unix.BPF_FS_MAGIC}
+	res := map[string]any{"ppid": os.Getppid(), "dir": dir, "bpffs": fsType(dir) == unix.BPF_FS_MAGIC, "shared": shared}
 	if err != nil {
 		res["error"] = err.Error()
 	}
@@ -185,10 +186,11 @@ func TestDetachedInOwnMountNamespace(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	var res struct {
-		PPID  int    `json:"ppid"`
-		Dir   string `json:"dir"`
-		BPFFS bool   `json:"bpffs"`
-		Error string `json:"error"`
+		PPID   int    `json:"ppid"`
+		Dir    string `json:"dir"`
+		BPFFS  bool   `json:"bpffs"`
+		Shared bool   `json:"shared"`
+		Error  string `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
 		t.Fatalf("helper's answer %q: %v", lines[len(lines)-1], err)
@@ -197,7 +199,11 @@ func TestDetachedInOwnMountNamespace(t *testing.T) {
 		t.Fatalf("helper: %+v; want Dir on a bpffs, in a process whose parent is PID 1", res)
 	}
 	warned := strings.Contains(string(b), "pins are private") && strings.Contains(string(b), "detached")
-	if reachable := fsType("/proc/1/root/sys/fs/bpf") == unix.BPF_FS_MAGIC; reachable {
+	reachable := fsType("/proc/1/root/sys/fs/bpf") == unix.BPF_FS_MAGIC
+	if res.Shared != reachable {
+		t.Errorf("Shared() = %v in the detached process, with PID 1's bpffs reachable: %v", res.Shared, reachable)
+	}
+	if reachable {
 		if warned {
 			t.Errorf("warned with PID 1's bpffs within reach:\n%s", b)
 		}
