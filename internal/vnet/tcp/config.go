@@ -71,7 +71,7 @@ var (
 	ErrTimeout      = errors.New("tcp: connection timed out")
 	ErrClosed       = errors.New("tcp: use of closed connection")
 	ErrInvalidState = errors.New("tcp: invalid state for operation")
-	ErrNoRoute      = errors.New("tcp: no route to host")
+	ErrNoRoute      = errors.New("no route to host") // the IP layer's too (ping, traceroute): no "tcp:"
 )
 
 const (
