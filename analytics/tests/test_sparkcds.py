@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyspark
+
 from flowplane_analytics import engine, sparkcds
 
 # A session, one query, and whether the driver JVM maps the archive (its /proc maps name it).
@@ -37,6 +39,8 @@ def test_recorded_once_then_mapped(tmp_path, monkeypatch):
     saving = f"saving Spark's class archive for faster starts (once per install): {archive}\n"
     assert f"flowplane-analytics: {saving}" in err
     assert not list(tmp_path.glob("*.tmp"))
+    # the note beside it names the install's jars
+    assert archive.with_suffix(".jars").read_text() == str(Path(pyspark.__file__).parent / "jars")
     assert archive.read_bytes()[:4] == bytes.fromhex("a8ab0bf0")  # a dynamic CDS archive's magic
     for text in (out, err):
         assert "cds" not in text and "[warning]" not in text
@@ -92,27 +96,46 @@ def test_plan(tmp_path, monkeypatch):
         assert (use in q.executor) == executors, master
 
 
-def test_publish_keeps_two_archives(tmp_path, monkeypatch):
-    """A new archive (a fresh install's) removes all but the most recently used other one, which
-    a mapping session marks; dead recorders' files go too, a live recorder's stays."""
-    monkeypatch.setenv(sparkcds.ENV, str(tmp_path))
-    old = [tmp_path / f"spark-4.0.5-{i:016x}.jsa" for i in range(3)]
-    for i, f in enumerate(old):
+def test_publish_prunes(tmp_path, monkeypatch):
+    """A new archive removes those of installs that are gone (their jars directory missing, or
+    now the new archive's) and keeps the KEEP − 1 most recently used others, which a mapping
+    session marks; notes without an archive and dead recorders' files go, a live recorder's
+    stays."""
+    cache, live_jars = tmp_path / "cache", tmp_path / "venv-jars"
+    cache.mkdir()
+    live_jars.mkdir()
+    monkeypatch.setenv(sparkcds.ENV, str(cache))
+    new_jars = tmp_path / "new-jars"
+
+    def archive(i: int, jars: Path | None) -> Path:
+        f = cache / f"spark-4.0.5-{i:016x}.jsa"
         f.write_bytes(b"x")
+        if jars is not None:
+            f.with_suffix(".jars").write_text(str(jars))
         os.utime(f, ns=(i * 10**9, i * 10**9))
+        return f
+
+    gone = archive(9, tmp_path / "deleted-venv")  # newest, but its install is gone
+    superseded = archive(8, new_jars)  # the same install before it changed
+    live = [archive(i, live_jars) for i in (1, 2, 3)]
+    unnoted = archive(4, None)  # recorded before notes existed
     java = engine.check_java()
-    archive = sparkcds.archive_path(java)
-    assert archive is not None
-    archive.write_bytes(b"x")
-    os.utime(archive, ns=(0, 0))
-    assert sparkcds.plan(java, "local[*]").archive == archive  # maps it: now the newest
-    dead = tmp_path / f"{old[0].name}.999999999.tmp"
-    live = tmp_path / f"{old[1].name}.{os.getpid()}.tmp"
+    mapped = sparkcds.archive_path(java)
+    assert mapped is not None
+    mapped.write_bytes(b"x")
+    os.utime(mapped, ns=(0, 0))
+    assert sparkcds.plan(java, "local[*]").archive == mapped  # maps it: now the newest
+    (cache / "spark-4.0.5-00000000000000aa.jars").write_text(str(live_jars))  # no archive
+    dead = cache / f"{live[0].name}.999999999.tmp"
+    running = cache / f"{live[1].name}.{os.getpid()}.tmp"
     dead.touch()
-    live.touch()
+    running.touch()
     recording = tmp_path / "new.jsa.tmp"
     recording.write_bytes(b"y")
-    new = tmp_path / "spark-4.0.5-ffffffffffffffff.jsa"
-    sparkcds.publish(recording, new)
-    assert sorted(f.name for f in tmp_path.iterdir()) == sorted([new.name, archive.name, live.name])
-    assert new.read_bytes() == b"y"
+    new = cache / "spark-4.0.5-ffffffffffffffff.jsa"
+    sparkcds.publish(recording, new, new_jars)
+    assert new.read_bytes() == b"y" and new.with_suffix(".jars").read_text() == str(new_jars)
+    kept = {new.name, new.with_suffix(".jars").name, mapped.name, unnoted.name, running.name}
+    assert sparkcds.KEEP == 3
+    assert {f.name for f in cache.iterdir()} == kept
+    assert not {gone, superseded, *live} & set(cache.iterdir())

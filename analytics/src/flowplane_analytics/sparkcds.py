@@ -11,10 +11,10 @@ executors of a cluster on this machine (a ``spark://`` master on a loopback addr
 (another Java, changed jars, a corrupt file) runs without it, silently.
 ``FLOWPLANE_SPARK_CDS=off`` turns it off; the archive lives in
 ``$XDG_CACHE_HOME/flowplane-analytics`` (default ``~/.cache/…``) unless
-``FLOWPLANE_SPARK_CDS`` names another directory. Each install records its own archive, so
-a new one removes all but the most recently used other one (a mapping session marks its
-archive used): a machine that keeps making fresh installs keeps two archives, not one per
-install.
+``FLOWPLANE_SPARK_CDS`` names another directory. Each install records its own archive, with
+a note of its jars directory beside it (``….jars``); a new archive removes those of installs
+that are gone (their jars directory missing, or now another archive's) and keeps at most the
+KEEP − 1 most recently used others (a mapping session marks its archive used).
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ ENV = "FLOWPLANE_SPARK_CDS"
 # stdout, where a command's table goes.
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-# Archives kept in the directory: the one just recorded and the most recently used other one.
-KEEP = 2
+# Archives of live installs kept in the directory: the one just recorded and the most recently
+# used others.
+KEEP = 3
 
 
 @dataclass
@@ -65,11 +66,18 @@ def archive_path(java: str) -> Path | None:
         return None
     import pyspark
 
-    jars = Path(pyspark.__file__).parent / "jars"
+    jars = _jars()
     real = os.path.realpath(java)
     key = f"{real}\0{os.stat(real).st_mtime_ns}\0{jars}\0{os.stat(jars).st_mtime_ns}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return d / f"spark-{pyspark.__version__}-{digest}.jsa"
+
+
+def _jars() -> Path:
+    """The pyspark install's jars: the classpath an archive fits."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
 
 
 def plan(java: str, master: str) -> Plan:
@@ -140,26 +148,45 @@ def finish_at_exit(p: Plan, jvm: subprocess.Popen[bytes] | None) -> None:
     atexit.register(finish)
 
 
-def publish(recording: Path, archive: Path) -> None:
-    """The recording renamed into place; then the directory's other archives pruned to the
-    KEEP − 1 most recently used, and dead recorders' files of any archive removed (a JVM still
-    mapping a removed archive keeps its mapping)."""
+def publish(recording: Path, archive: Path, jars: Path | None = None) -> None:
+    """The recording renamed into place, with its install's jars directory noted beside it; then
+    the directory pruned: the archives of installs that are gone (their jars directory missing,
+    or now this archive's), all but the KEEP − 1 most recently used others, notes without an
+    archive, and dead recorders' files. A JVM mapping a removed archive keeps its mapping."""
+    jars = jars or _jars()
     try:
+        archive.with_suffix(".jars").write_text(str(jars))
         os.replace(recording, archive)
     except OSError:
         with contextlib.suppress(OSError):
             recording.unlink()
         return
-    others = []
-    for f in archive.parent.glob("spark-*.jsa*"):
+    live = []
+    for f in archive.parent.glob("spark-*"):
         if f.name.endswith(".tmp"):
             pid = f.name.rsplit(".", 2)[-2]
             if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):
-                with contextlib.suppress(OSError):
-                    f.unlink()
-        elif f.name.endswith(".jsa") and f != archive:
-            with contextlib.suppress(OSError):
-                others.append((f.stat().st_mtime_ns, f))
-    for _, f in sorted(others, reverse=True)[KEEP - 1 :]:
+                _remove(f)
+        elif f.suffix == ".jars" and not f.with_suffix(".jsa").exists():
+            _remove(f)
+        elif f.suffix == ".jsa" and f != archive:
+            try:
+                note = f.with_suffix(".jars")
+                gone = note.exists() and (
+                    not Path(note.read_text()).is_dir() or Path(note.read_text()) == jars
+                )
+                mtime = f.stat().st_mtime_ns
+            except OSError:
+                continue
+            if gone:
+                _remove(f, note)
+            else:
+                live.append((mtime, f))
+    for _, f in sorted(live, reverse=True)[KEEP - 1 :]:
+        _remove(f, f.with_suffix(".jars"))
+
+
+def _remove(*files: Path) -> None:
+    for f in files:
         with contextlib.suppress(OSError):
             f.unlink()
