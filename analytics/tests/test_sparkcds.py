@@ -3,6 +3,7 @@ and renamed into place whole, mapped by the next driver, ignored without a word 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -40,7 +41,9 @@ def test_recorded_once_then_mapped(tmp_path, monkeypatch):
     assert f"flowplane-analytics: {saving}" in err
     assert not list(tmp_path.glob("*.tmp"))
     # the note beside it names the install's jars
-    assert archive.with_suffix(".jars").read_text() == str(Path(pyspark.__file__).parent / "jars")
+    jars = Path(pyspark.__file__).parent / "jars"
+    note = json.loads(archive.with_suffix(".jars").read_text())
+    assert note == {"jars": str(jars), "jars_mtime_ns": jars.stat().st_mtime_ns}
     assert archive.read_bytes()[:4] == bytes.fromhex("a8ab0bf0")  # a dynamic CDS archive's magic
     for text in (out, err):
         assert "cds" not in text and "[warning]" not in text
@@ -97,35 +100,36 @@ def test_plan(tmp_path, monkeypatch):
 
 
 def test_publish_prunes(tmp_path, monkeypatch):
-    """A new archive removes those of installs that are gone (their jars directory missing, or
-    now the new archive's) and keeps the KEEP − 1 most recently used others, which a mapping
-    session marks; notes without an archive and dead recorders' files go, a live recorder's
-    stays."""
-    cache, live_jars = tmp_path / "cache", tmp_path / "venv-jars"
-    cache.mkdir()
-    live_jars.mkdir()
-    monkeypatch.setenv(sparkcds.ENV, str(cache))
-    new_jars = tmp_path / "new-jars"
+    """A new archive removes those of installs that are gone (their jars directory deleted, or
+    changed since: a reinstall) and keeps the KEEP − 1 most recently used others, which a
+    mapping session marks; another Java's archive of the same install is such an other. Notes
+    without an archive and dead recorders' files go, a live recorder's stays."""
+    cache, live_jars, new_jars = tmp_path / "cache", tmp_path / "venv-jars", tmp_path / "new-jars"
+    for d in (cache, live_jars, new_jars):
+        d.mkdir()
 
-    def archive(i: int, jars: Path | None) -> Path:
+    def archive(i: int, jars: Path | None, mtime: int | None = None) -> Path:
         f = cache / f"spark-4.0.5-{i:016x}.jsa"
         f.write_bytes(b"x")
         if jars is not None:
-            f.with_suffix(".jars").write_text(str(jars))
+            m = jars.stat().st_mtime_ns if mtime is None else mtime
+            f.with_suffix(".jars").write_text(json.dumps({"jars": str(jars), "jars_mtime_ns": m}))
         os.utime(f, ns=(i * 10**9, i * 10**9))
         return f
 
-    gone = archive(9, tmp_path / "deleted-venv")  # newest, but its install is gone
-    superseded = archive(8, new_jars)  # the same install before it changed
+    gone = archive(9, tmp_path / "deleted-venv", 1)  # newest, but its install is gone
+    reinstalled = archive(8, new_jars, 1)  # the same directory, changed since
+    other_java = archive(7, new_jars)  # the same install, unchanged: another Java's
     live = [archive(i, live_jars) for i in (1, 2, 3)]
     unnoted = archive(4, None)  # recorded before notes existed
+    monkeypatch.setenv(sparkcds.ENV, str(cache))
     java = engine.check_java()
     mapped = sparkcds.archive_path(java)
     assert mapped is not None
     mapped.write_bytes(b"x")
     os.utime(mapped, ns=(0, 0))
     assert sparkcds.plan(java, "local[*]").archive == mapped  # maps it: now the newest
-    (cache / "spark-4.0.5-00000000000000aa.jars").write_text(str(live_jars))  # no archive
+    (cache / "spark-4.0.5-00000000000000aa.jars").write_text("{}")  # no archive
     dead = cache / f"{live[0].name}.999999999.tmp"
     running = cache / f"{live[1].name}.{os.getpid()}.tmp"
     dead.touch()
@@ -134,8 +138,9 @@ def test_publish_prunes(tmp_path, monkeypatch):
     recording.write_bytes(b"y")
     new = cache / "spark-4.0.5-ffffffffffffffff.jsa"
     sparkcds.publish(recording, new, new_jars)
-    assert new.read_bytes() == b"y" and new.with_suffix(".jars").read_text() == str(new_jars)
-    kept = {new.name, new.with_suffix(".jars").name, mapped.name, unnoted.name, running.name}
+    assert new.read_bytes() == b"y"
+    assert json.loads(new.with_suffix(".jars").read_text())["jars"] == str(new_jars)
     assert sparkcds.KEEP == 3
-    assert {f.name for f in cache.iterdir()} == kept
-    assert not {gone, superseded, *live} & set(cache.iterdir())
+    kept = {new, new.with_suffix(".jars"), mapped, other_java, other_java.with_suffix(".jars")}
+    assert set(cache.iterdir()) == kept | {running}
+    assert not {gone, reinstalled, unnoted, *live} & set(cache.iterdir())
