@@ -106,7 +106,7 @@ done
 
 echo "== altmark analyze: RFC 9342 clusters of the demo topology (hosts probed too), loss per cluster"
 topo=(--topology examples/demo.yaml --probe-hosts)
-"$FLOWPLANE" altmark analyze clusters --topology examples/demo.yaml --probe-hosts
+"$FLOWPLANE" altmark analyze clusters "${topo[@]}"
 # awk keeps the first 30 rows but reads to the end: a reader that quits early (head) would
 # stop the writer with SIGPIPE, and the demo with it.
 "$FLOWPLANE" altmark analyze loss --data "$tmp/data" "${topo[@]}" 2>&1 | awk '(NR == 1 || ($7 != 0 && $7 != "-")) && n++ < 30'

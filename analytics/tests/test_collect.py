@@ -194,7 +194,7 @@ def test_collect_to_s3_then_metrics_on_both_engines(
     assert [len(r.fetched) for r in res] == [0] * len(probes)
     assert [r.present for r in res] == [3] * len(probes)
 
-    # the local answers once, on DuckDB (the engines agree: test_metrics)
+    # the local answers once, on DuckDB: both engines' answers from S3 must equal them
     local = Run(cons("duckdb"), source, lab6, lab6_clusters)
     want = {m: getattr(local, m)() for m in ("loss", "delay", "paths", "missing")}
     for eng in ("duckdb", "spark"):

@@ -3,10 +3,13 @@ and renamed into place whole, mapped by the next driver, ignored without a word 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pyspark
 
 from flowplane_analytics import engine, sparkcds
 
@@ -37,6 +40,10 @@ def test_recorded_once_then_mapped(tmp_path, monkeypatch):
     saving = f"saving Spark's class archive for faster starts (once per install): {archive}\n"
     assert f"flowplane-analytics: {saving}" in err
     assert not list(tmp_path.glob("*.tmp"))
+    # the note beside it names the install's jars
+    jars = Path(pyspark.__file__).parent / "jars"
+    note = json.loads(archive.with_suffix(".jars").read_text())
+    assert note == {"jars": str(jars), "jars_mtime_ns": jars.stat().st_mtime_ns}
     assert archive.read_bytes()[:4] == bytes.fromhex("a8ab0bf0")  # a dynamic CDS archive's magic
     for text in (out, err):
         assert "cds" not in text and "[warning]" not in text
@@ -92,27 +99,48 @@ def test_plan(tmp_path, monkeypatch):
         assert (use in q.executor) == executors, master
 
 
-def test_publish_keeps_two_archives(tmp_path, monkeypatch):
-    """A new archive (a fresh install's) removes all but the most recently used other one, which
-    a mapping session marks; dead recorders' files go too, a live recorder's stays."""
-    monkeypatch.setenv(sparkcds.ENV, str(tmp_path))
-    old = [tmp_path / f"spark-4.0.5-{i:016x}.jsa" for i in range(3)]
-    for i, f in enumerate(old):
+def test_publish_prunes(tmp_path, monkeypatch):
+    """A new archive removes those of installs that are gone (their jars directory deleted, or
+    changed since: a reinstall) and keeps the KEEP − 1 most recently used others, which a
+    mapping session marks; another Java's archive of the same install is such an other. Notes
+    without an archive and dead recorders' files go, a live recorder's stays."""
+    cache, live_jars, new_jars = tmp_path / "cache", tmp_path / "venv-jars", tmp_path / "new-jars"
+    for d in (cache, live_jars, new_jars):
+        d.mkdir()
+
+    def archive(i: int, jars: Path | None, mtime: int | None = None) -> Path:
+        f = cache / f"spark-4.0.5-{i:016x}.jsa"
         f.write_bytes(b"x")
+        if jars is not None:
+            m = jars.stat().st_mtime_ns if mtime is None else mtime
+            f.with_suffix(".jars").write_text(json.dumps({"jars": str(jars), "jars_mtime_ns": m}))
         os.utime(f, ns=(i * 10**9, i * 10**9))
+        return f
+
+    gone = archive(9, tmp_path / "deleted-venv", 1)  # newest, but its install is gone
+    reinstalled = archive(8, new_jars, 1)  # the same directory, changed since
+    other_java = archive(7, new_jars)  # the same install, unchanged: another Java's
+    live = [archive(i, live_jars) for i in (1, 2, 3)]
+    unnoted = archive(4, None)  # recorded before notes existed
+    monkeypatch.setenv(sparkcds.ENV, str(cache))
     java = engine.check_java()
-    archive = sparkcds.archive_path(java)
-    assert archive is not None
-    archive.write_bytes(b"x")
-    os.utime(archive, ns=(0, 0))
-    assert sparkcds.plan(java, "local[*]").archive == archive  # maps it: now the newest
-    dead = tmp_path / f"{old[0].name}.999999999.tmp"
-    live = tmp_path / f"{old[1].name}.{os.getpid()}.tmp"
+    mapped = sparkcds.archive_path(java)
+    assert mapped is not None
+    mapped.write_bytes(b"x")
+    os.utime(mapped, ns=(0, 0))
+    assert sparkcds.plan(java, "local[*]").archive == mapped  # maps it: now the newest
+    (cache / "spark-4.0.5-00000000000000aa.jars").write_text("{}")  # no archive
+    dead = cache / f"{live[0].name}.999999999.tmp"
+    running = cache / f"{live[1].name}.{os.getpid()}.tmp"
     dead.touch()
-    live.touch()
+    running.touch()
     recording = tmp_path / "new.jsa.tmp"
     recording.write_bytes(b"y")
-    new = tmp_path / "spark-4.0.5-ffffffffffffffff.jsa"
-    sparkcds.publish(recording, new)
-    assert sorted(f.name for f in tmp_path.iterdir()) == sorted([new.name, archive.name, live.name])
+    new = cache / "spark-4.0.5-ffffffffffffffff.jsa"
+    sparkcds.publish(recording, new, new_jars)
     assert new.read_bytes() == b"y"
+    assert json.loads(new.with_suffix(".jars").read_text())["jars"] == str(new_jars)
+    assert sparkcds.KEEP == 3
+    kept = {new, new.with_suffix(".jars"), mapped, other_java, other_java.with_suffix(".jars")}
+    assert set(cache.iterdir()) == kept | {running}
+    assert not {gone, reinstalled, unnoted, *live} & set(cache.iterdir())

@@ -89,14 +89,14 @@ func probe() *found {
 	case shared && where == "/sys/fs/bpf":
 		f.add("bpffs", true, "mounted on /sys/fs/bpf, where pins go")
 	case shared:
-		f.add("bpffs", true, "this /sys hides it: pins go to the bpffs other commands reach, %s", where)
+		f.add("bpffs", true, "/sys/fs/bpf here is not the shared bpffs (ip netns exec remounts /sys): pins go to %s", where)
 	case unix.Statfs("/sys/fs/bpf", &sf) == nil && sf.Type == unix.BPF_FS_MAGIC:
 		f.add("bpffs", true, "mounted on /sys/fs/bpf")
 	case !f.have("cap_sys_admin"):
 		f.add("bpffs", false, "not mounted, and mounting it needs CAP_SYS_ADMIN")
 	case why != "":
-		f.add("bpffs", true, "none within reach: each command would mount one of its own, and its pins would be "+
-			"private (%s); %s", why, fix)
+		f.add("bpffs", true, "none within reach, so a command run like this one mounts its own, whose pins "+
+			"commands started elsewhere may not see: %s; %s", why, fix)
 	default:
 		f.add("bpffs", true, "not mounted; flowplane mounts it on /sys/fs/bpf when it first pins")
 	}

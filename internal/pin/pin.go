@@ -84,7 +84,7 @@ func base() string {
 // process's own /sys hides it.
 func Shared() (where string, ok bool) {
 	outer.once.Do(findOuter)
-	if b := base(); b == bpffs || outer.path == "" {
+	if base() == bpffs {
 		return bpffs, outer.path != ""
 	}
 	return fmt.Sprintf("/proc/%d/root%s", outer.pid, bpffs), true
@@ -149,15 +149,15 @@ func ensureBPFFS() error {
 		return fmt.Errorf("mount bpffs on %s: %w (run as root)", bpffs, err)
 	}
 	if why, fix := Private(); why != "" {
-		slog.Warn("pins are private to this process: other flowplane commands will not find them",
+		slog.Warn("pins may be private to this process's mount namespace: flowplane commands started elsewhere would not find them",
 			"bpffs", bpffs, "why", why, "fix", fix)
 	}
 	return nil
 }
 
-// Private says why a bpffs this process mounts on its own /sys/fs/bpf may be seen by no other
-// process, and what to do instead ("" when its mount namespace is the outermost reachable
-// process's).
+// Private says why a bpffs this process mounts on its own /sys/fs/bpf may be seen by no process
+// outside its mount namespace, and what to do instead ("" when its mount namespace is the
+// outermost reachable process's).
 func Private() (why, fix string) {
 	const nsenter = "or start it with nsenter --net=/run/netns/NS, which keeps the host's /sys/fs/bpf"
 	self, err := os.Readlink("/proc/self/ns/mnt")

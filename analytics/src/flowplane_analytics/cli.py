@@ -129,7 +129,7 @@ def _topology_arg(p: argparse.ArgumentParser, old_positional: bool = False) -> N
 
 def _old_topology(a: argparse.Namespace) -> None:
     """clusters and synth: the deprecated positional TOPOLOGY taken as --topology, or the
-    missing flag said as argparse says it."""
+    missing flag said in argparse's words."""
     old = getattr(a, "old_topology", None)
     if old is not None:
         if a.topology is not None:

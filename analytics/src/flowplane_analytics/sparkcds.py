@@ -11,10 +11,11 @@ executors of a cluster on this machine (a ``spark://`` master on a loopback addr
 (another Java, changed jars, a corrupt file) runs without it, silently.
 ``FLOWPLANE_SPARK_CDS=off`` turns it off; the archive lives in
 ``$XDG_CACHE_HOME/flowplane-analytics`` (default ``~/.cache/…``) unless
-``FLOWPLANE_SPARK_CDS`` names another directory. Each install records its own archive, so
-a new one removes all but the most recently used other one (a mapping session marks its
-archive used): a machine that keeps making fresh installs keeps two archives, not one per
-install.
+``FLOWPLANE_SPARK_CDS`` names another directory. Each install records its own archive, with
+a note of its install beside it (``….jars``: the jars directory and its mtime); a new archive
+removes those of installs that are gone (that directory missing or changed: a reinstall) and
+keeps at most the KEEP − 1 most recently used others (a mapping session marks its archive
+used).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -34,8 +36,9 @@ ENV = "FLOWPLANE_SPARK_CDS"
 # stdout, where a command's table goes.
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-# Archives kept in the directory: the one just recorded and the most recently used other one.
-KEEP = 2
+# Archives of live installs kept in the directory: the one just recorded and the most recently
+# used others.
+KEEP = 3
 
 
 @dataclass
@@ -65,11 +68,18 @@ def archive_path(java: str) -> Path | None:
         return None
     import pyspark
 
-    jars = Path(pyspark.__file__).parent / "jars"
+    jars = _jars()
     real = os.path.realpath(java)
     key = f"{real}\0{os.stat(real).st_mtime_ns}\0{jars}\0{os.stat(jars).st_mtime_ns}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return d / f"spark-{pyspark.__version__}-{digest}.jsa"
+
+
+def _jars() -> Path:
+    """The pyspark install's jars: the classpath an archive fits."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
 
 
 def plan(java: str, master: str) -> Plan:
@@ -103,13 +113,17 @@ def _recording_elsewhere(archive: Path) -> bool:
     """Whether a live process is recording `archive`; removes what dead ones left."""
     busy = False
     for f in archive.parent.glob(f"{archive.name}.*.tmp"):
-        pid = f.name.removeprefix(archive.name + ".").removesuffix(".tmp")
-        if pid.isdigit() and Path(f"/proc/{pid}").exists():
+        if _recorder_alive(f):
             busy = True
         else:
-            with contextlib.suppress(OSError):
-                f.unlink()
+            _remove(f)
     return busy
+
+
+def _recorder_alive(tmp: Path) -> bool:
+    """Whether the process that names the recording ….jsa.<pid>.tmp still runs."""
+    pid = tmp.name.rsplit(".", 2)[-2]
+    return pid.isdigit() and Path(f"/proc/{pid}").exists()
 
 
 def finish_at_exit(p: Plan, jvm: subprocess.Popen[bytes] | None) -> None:
@@ -122,11 +136,12 @@ def finish_at_exit(p: Plan, jvm: subprocess.Popen[bytes] | None) -> None:
     def finish() -> None:
         ok = False
         # The JVM takes seconds to write the archive: said, so that the wait is not a hang.
-        print(
-            f"flowplane-analytics: saving Spark's class archive for faster starts "
-            f"(once per install): {archive}",
-            file=sys.stderr,
-        )
+        with contextlib.suppress(OSError):
+            print(
+                f"flowplane-analytics: saving Spark's class archive for faster starts "
+                f"(once per install): {archive}",
+                file=sys.stderr,
+            )
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             if jvm.stdin is not None:
                 jvm.stdin.close()
@@ -140,26 +155,56 @@ def finish_at_exit(p: Plan, jvm: subprocess.Popen[bytes] | None) -> None:
     atexit.register(finish)
 
 
-def publish(recording: Path, archive: Path) -> None:
-    """The recording renamed into place; then the directory's other archives pruned to the
-    KEEP − 1 most recently used, and dead recorders' files of any archive removed (a JVM still
-    mapping a removed archive keeps its mapping)."""
+def publish(recording: Path, archive: Path, jars: Path | None = None) -> None:
+    """The recording renamed into place, with a note beside it of its install (the jars
+    directory and its mtime); then the directory pruned: the archives of installs that are gone
+    (their jars directory missing, or changed since: a reinstall), all but the KEEP − 1 most
+    recently used others, notes without an archive, and dead recorders' files. A JVM mapping a
+    removed archive keeps its mapping."""
+    jars = jars or _jars()
     try:
         os.replace(recording, archive)
     except OSError:
-        with contextlib.suppress(OSError):
-            recording.unlink()
+        _remove(recording)
         return
-    others = []
-    for f in archive.parent.glob("spark-*.jsa*"):
+    with contextlib.suppress(OSError):
+        note = {"jars": str(jars), "jars_mtime_ns": jars.stat().st_mtime_ns}
+        archive.with_suffix(".jars").write_text(json.dumps(note))
+    live = []
+    for f in archive.parent.glob("spark-*"):
         if f.name.endswith(".tmp"):
-            pid = f.name.rsplit(".", 2)[-2]
-            if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):
-                with contextlib.suppress(OSError):
-                    f.unlink()
-        elif f.name.endswith(".jsa") and f != archive:
-            with contextlib.suppress(OSError):
-                others.append((f.stat().st_mtime_ns, f))
-    for _, f in sorted(others, reverse=True)[KEEP - 1 :]:
+            if not _recorder_alive(f):
+                _remove(f)
+        elif f.suffix == ".jars" and not f.with_suffix(".jsa").exists():
+            _remove(f)
+        elif f.suffix == ".jsa" and f != archive:
+            try:
+                mtime = f.stat().st_mtime_ns
+            except OSError:
+                continue
+            if _install_gone(f.with_suffix(".jars")):
+                _remove(f, f.with_suffix(".jars"))
+            else:
+                live.append((mtime, f))
+    for _, f in sorted(live, reverse=True)[KEEP - 1 :]:
+        _remove(f, f.with_suffix(".jars"))
+
+
+def _install_gone(note: Path) -> bool:
+    """Whether the install a note names is gone: its jars directory deleted or changed (False
+    without a readable note: an archive recorded before notes existed is only ever capped)."""
+    try:
+        n = json.loads(note.read_text())
+        jars, mtime = Path(n["jars"]), int(n["jars_mtime_ns"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    try:
+        return jars.stat().st_mtime_ns != mtime
+    except OSError:
+        return True
+
+
+def _remove(*files: Path) -> None:
+    for f in files:
         with contextlib.suppress(OSError):
             f.unlink()
