@@ -149,8 +149,7 @@ def finish_at_exit(p: Plan, jvm: subprocess.Popen[bytes] | None) -> None:
         if ok:
             publish(recording, archive)
         else:
-            with contextlib.suppress(OSError):
-                recording.unlink()
+            _remove(recording)
 
     atexit.register(finish)
 
