@@ -385,35 +385,20 @@ def test_parquet_needs_output_before_any_work(tmp_path, capsys):
         assert out == "" and not nope.exists()
 
 
+SYNTH = ["synth", "-t", TOPO, "-d", "X"]  # a synth command line, its bad flag to follow
+
+
 @pytest.mark.parametrize(
     ("args", "want"),
     [
-        (
-            ["synth", "-t", TOPO, "-d", "X", "--periods", "-1"],
-            "argument --periods: -1: want 1 or more",
-        ),
-        (
-            ["synth", "-t", TOPO, "-d", "X", "--periods", "0"],
-            "argument --periods: 0: want 1 or more",
-        ),
-        (
-            ["synth", "-t", TOPO, "-d", "X", "--periods", "ten"],
-            "--periods: 'ten' is not a whole number",
-        ),
-        (
-            ["synth", "-t", TOPO, "-d", "X", "--packets", "-1"],
-            "argument --packets: -1: want 0 or more",
-        ),
-        (
-            ["synth", "-t", TOPO, "-d", "X", "--loss", "1.5"],
-            "argument --loss: 1.5: want from 0 to 1",
-        ),
-        (
-            ["synth", "-t", TOPO, "-d", "X", "--loss", "nan"],
-            "argument --loss: nan: want from 0 to 1",
-        ),
-        (["synth", "-t", TOPO, "-d", "X", "--hash-bits", "40"], "--hash-bits: 40: want 0 to 31"),
-        (["synth", "-t", TOPO, "-d", "X", "--jitter-ns", "-5"], "--jitter-ns: -5: want 0 or more"),
+        ([*SYNTH, "--periods", "-1"], "argument --periods: -1: want 1 or more"),
+        ([*SYNTH, "--periods", "0"], "argument --periods: 0: want 1 or more"),
+        ([*SYNTH, "--periods", "ten"], "--periods: 'ten' is not a whole number"),
+        ([*SYNTH, "--packets", "-1"], "argument --packets: -1: want 0 or more"),
+        ([*SYNTH, "--loss", "1.5"], "argument --loss: 1.5: want from 0 to 1"),
+        ([*SYNTH, "--loss", "nan"], "argument --loss: nan: want from 0 to 1"),
+        ([*SYNTH, "--hash-bits", "40"], "--hash-bits: 40: want 0 to 31"),
+        ([*SYNTH, "--jitter-ns", "-5"], "--jitter-ns: -5: want 0 or more"),
         (["paths", "-d", "X", "-t", TOPO, "--limit", "-5"], "--limit: -5: want 0 or more"),
         (["loss", "-d", "X", "-t", TOPO, "--batch-periods", "-1"], "--batch-periods: -1: want 0"),
         (

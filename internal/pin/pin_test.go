@@ -155,7 +155,7 @@ func detachedHelper(out, sub string) {
 
 // TestDetachedInOwnMountNamespace: Dir in a process started detached (its parent PID 1, as after
 // setsid -f, a daemon's double fork or a subshell that has exited) in a mount namespace of its
-// own with a fresh /sys, as ip netns exec gives. Where PID 1's root is within reach (a normal
+// own with a fresh /sys, as ip netns exec gives. Where PID 1 is within reach (a normal
 // host) the pins go to the shared bpffs; where it is not (some sandboxes), no process outside
 // is within reach: Dir mounts a bpffs of its own and warns that the pins are private.
 func TestDetachedInOwnMountNamespace(t *testing.T) {
@@ -217,11 +217,11 @@ func TestDetachedInOwnMountNamespace(t *testing.T) {
 	_, err = os.Readlink("/proc/1/ns/mnt")
 	reachable := err == nil
 	if res.Shared != reachable {
-		t.Errorf("Shared() = %v in the detached process, with PID 1's bpffs reachable: %v", res.Shared, reachable)
+		t.Errorf("Shared() = %v in the detached process, with PID 1's mount namespace reachable: %v", res.Shared, reachable)
 	}
 	if reachable {
 		if warned {
-			t.Errorf("warned with PID 1's bpffs within reach:\n%s", b)
+			t.Errorf("warned with PID 1's mount namespace within reach:\n%s", b)
 		}
 		if _, err := os.Stat(pin.Path(sub, "x")); err != nil {
 			t.Errorf("the detached process's pins are not on the shared bpffs: %v", err)
