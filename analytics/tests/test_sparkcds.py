@@ -1,5 +1,6 @@
-"""The class-data-sharing archive of Spark's JVMs (sparkcds): recorded once by a real driver JVM
-and renamed into place whole, mapped by the next driver, ignored without a word when unusable."""
+"""How Spark's JVMs start: the class-data-sharing archive (sparkcds), recorded once by a real
+driver JVM and renamed into place whole, mapped by the next driver, ignored without a word when
+unusable; and C1-only compilation for a small dataset (engine.C1_MAX_BYTES)."""
 
 from __future__ import annotations
 
@@ -144,3 +145,30 @@ def test_publish_prunes(tmp_path, monkeypatch):
     kept = {new, new.with_suffix(".jars"), mapped, other_java, other_java.with_suffix(".jars")}
     assert set(cache.iterdir()) == kept | {running}
     assert not {gone, reinstalled, unnoted, *live} & set(cache.iterdir())
+
+
+# A session for a dataset (argv[1]), with C1_MAX_BYTES = argv[2]: is the driver's JVM C1-only?
+SIZED = """
+import sys
+from flowplane_analytics import engine
+engine.C1_MAX_BYTES = int(sys.argv[2])
+src = engine.locate(sys.argv[1], "raw")
+s = engine.connect(engine.Options(engine="spark", master="local[1]"), src)._session
+mx = s.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+print(src.size > 0, "-XX:TieredStopAtLevel=1" in list(mx.getInputArguments()))
+"""
+
+
+def test_small_input_compiles_with_c1(truth_dataset):
+    root, _ = truth_dataset
+    env = {**os.environ, sparkcds.ENV: "off"}
+    for limit, c1 in ((engine.C1_MAX_BYTES, True), (0, False)):  # the test data is small
+        r = subprocess.run(
+            [sys.executable, "-c", SIZED, str(root), str(limit)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["True", str(c1)], (limit, r.stdout)

@@ -384,9 +384,9 @@ def _opts(a: argparse.Namespace) -> engine.Options:
     )
 
 
-def _connect(a: argparse.Namespace) -> Any:
+def _connect(a: argparse.Namespace, src: engine.Source) -> Any:
     try:
-        return engine.connect(_opts(a))
+        return engine.connect(_opts(a), src)
     except engine.EngineError as e:
         raise UsageError(str(e)) from e
 
@@ -474,7 +474,7 @@ def _setup(
     net = _network(a.topology, a.probe_hosts)
     cs = _resolve(net, a.super)
     src = _locate(a, a.layout)
-    con = _connect(a)
+    con = _connect(a, src)
     try:
         with _reading(a, src):
             ds = engine.load(con, src)
@@ -662,7 +662,7 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
         if "://" in a.data and not a.data.startswith("file://"):
             raise UsageError(f"--data {a.data}: compact writes local datasets only")
         src = _locate(a, "raw")
-        con = _connect(a)
+        con = _connect(a, src)
         with _reading(a, src):
             meta = engine.compact(con, src)
         print(

@@ -3,6 +3,7 @@ the dataset read the same way on either."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -29,6 +30,10 @@ ENGINES = ("duckdb", "spark")
 _spark_session: Any = None
 _auto_partitions = False  # the session's shuffle partitions are ours to size (size_shuffles)
 SHUFFLE_BYTES = 16 << 20  # Parquet bytes read per shuffle partition
+# Below this much local Parquet, Spark's JVMs compile with C1 only (-XX:TieredStopAtLevel=1): a
+# short run ends before C2's faster code repays the CPU its compiler takes from the tasks (on
+# the bench's 2 cores C1 wins at 10⁶ samples, 10 MB compacted, and loses at 10⁷, 90 MB).
+C1_MAX_BYTES = 16 << 20
 
 
 @dataclass
@@ -113,10 +118,12 @@ def spark_session(
     master: str | None = None,
     shuffle_partitions: int | None = None,
     extra: dict[str, str] | None = None,
+    small_input: bool = False,
 ) -> Any:
     """One SparkSession per process (Spark's startup takes seconds). Spark's own logging is
     off (its errors reach the caller as exceptions, said in one line) unless
-    FLOWPLANE_ANALYTICS_DEBUG is set."""
+    FLOWPLANE_ANALYTICS_DEBUG is set. small_input: the session reads less than C1_MAX_BYTES,
+    so its JVMs compile with C1 only."""
     global _spark_session
     if _spark_session is not None:
         return _spark_session
@@ -163,9 +170,10 @@ def spark_session(
         gc = "-XX:+UseParallelGC"
         # The driver JVM starts with logging off: no WARN lines, no Java stack traces.
         log = "" if debug() else f"-Dlog4j2.configurationFile=file:{_LOG4J}"
+        jit = "-XX:TieredStopAtLevel=1" if small_input else ""
         cds = sparkcds.plan(java, master)
-        conf["spark.executor.extraJavaOptions"] = " ".join(filter(None, [gc, cds.executor]))
-        conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, [gc, log, cds.driver]))
+        conf["spark.executor.extraJavaOptions"] = " ".join(filter(None, [gc, jit, cds.executor]))
+        conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, [gc, jit, log, cds.driver]))
     if local:
         conf["spark.driver.memory"] = os.environ.get("FLOWPLANE_SPARK_DRIVER_MEMORY", "2g")
     if shuffle_partitions:
@@ -194,8 +202,9 @@ def spark_session(
     return s
 
 
-def connect(opts: Options) -> Any:
-    """A connection to the engine; EngineError for settings it refuses."""
+def connect(opts: Options, src: Source | None = None) -> Any:
+    """A connection to the engine; EngineError for settings it refuses. src: the dataset it
+    will read, when known first (Spark sizes its JVMs' compilation to it)."""
     if opts.engine == "duckdb":
         import duckdb
 
@@ -226,7 +235,8 @@ def connect(opts: Options) -> Any:
     if opts.engine == "spark":
         # The session first: it says what is missing (pyspark, Java) before ibis's backend,
         # which needs pyspark, is imported.
-        session = spark_session(opts.master, opts.shuffle_partitions, opts.spark_conf)
+        small = src is not None and src.size is not None and src.size < C1_MAX_BYTES
+        session = spark_session(opts.master, opts.shuffle_partitions, opts.spark_conf, small)
         return _broadcast_memtables(ibis.pyspark.connect(session))
     raise ValueError(f"engine {opts.engine!r}: want one of {', '.join(ENGINES)}")
 
@@ -443,6 +453,13 @@ class Source:
         rf = filecheck.raw_files(root)
         return [*rf.paths("counters"), *rf.paths("samples")]
 
+    @functools.cached_property
+    def size(self) -> int | None:
+        """Bytes of the local Parquet files this source reads; None for a remote dataset."""
+        if not self.local:
+            return None
+        return sum(f.stat().st_size for f in self.files() if f.exists())
+
     def hint(self) -> str:
         if self.layout == "compact":
             return f"rerun `flowplane-analytics compact --data {self.root}`, or pass --layout raw"
@@ -576,10 +593,9 @@ def size_shuffles(session: Any, src: Source) -> None:
     Options.shuffle_partitions): Spark's default of 200 is as many tasks per shuffle for a few
     megabytes. Adaptive execution then coalesces small ones further. A remote dataset keeps
     the default."""
-    if not _auto_partitions or not src.local:
+    if not _auto_partitions or src.size is None:
         return
-    size = sum(f.stat().st_size for f in src.files() if f.exists())
-    n = max(session.sparkContext.defaultParallelism, -(-size // SHUFFLE_BYTES))
+    n = max(session.sparkContext.defaultParallelism, -(-src.size // SHUFFLE_BYTES))
     session.conf.set("spark.sql.shuffle.partitions", str(min(n, 200)))
 
 
