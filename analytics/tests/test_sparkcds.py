@@ -4,6 +4,7 @@ unusable; and C1-only compilation for a small dataset (engine.C1_MAX_BYTES)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -157,14 +158,15 @@ engine.C1_MAX_BYTES = int(sys.argv[2])
 src = engine.locate(sys.argv[1], "raw")
 s = engine.connect(engine.Options(engine="spark", master="local[1]"), src)._session
 mx = s.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-print(src.size > 0, "-XX:TieredStopAtLevel=1" in list(mx.getInputArguments()))
+print("-XX:TieredStopAtLevel=1" in list(mx.getInputArguments()))
 """
 
 
 def test_small_input_compiles_with_c1(truth_dataset):
     root, _ = truth_dataset
+    size = engine.locate(root, "raw").size
     env = {**os.environ, sparkcds.ENV: "off"}
-    for limit, c1 in ((engine.C1_MAX_BYTES, True), (0, False)):  # the test data is small
+    for limit, c1 in ((size + 1, True), (size, False)):  # C1 strictly below the limit
         r = subprocess.run(
             [sys.executable, "-c", SIZED, str(root), str(limit)],
             env=env,
@@ -173,4 +175,35 @@ def test_small_input_compiles_with_c1(truth_dataset):
             timeout=300,
         )
         assert r.returncode == 0, r.stderr
-        assert r.stdout.split() == ["True", str(c1)], (limit, r.stdout)
+        assert r.stdout.split() == [str(c1)], (limit, r.stdout)
+
+
+def test_source_size_decides_c1(truth_dataset, monkeypatch):
+    """Source.size counts the files a source reads; connect asks for C1 only for a local one
+    under the limit (the session itself stubbed: no JVM)."""
+    root, _ = truth_dataset
+    full = engine.locate(root, "raw")
+    one = sorted(full.files())[0]
+    assert full.size == sum(f.stat().st_size for f in full.files()) > one.stat().st_size
+    assert engine.Source(str(root), "raw", counters=[str(one)], samples=[]).size == (
+        one.stat().st_size
+    )  # skipped files left out
+    assert engine.Source("s3://bucket/data", "raw").size is None
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def session(*args):
+        asked.append(args[-1])
+        raise Stop
+
+    monkeypatch.setattr(engine, "spark_session", session)
+    monkeypatch.setattr(engine, "C1_MAX_BYTES", full.size + 1)
+    for src in (full, None, engine.Source("s3://bucket/data", "raw")):
+        with contextlib.suppress(Stop):
+            engine.connect(engine.Options(engine="spark"), src)
+    monkeypatch.setattr(engine, "C1_MAX_BYTES", full.size)
+    with contextlib.suppress(Stop):
+        engine.connect(engine.Options(engine="spark"), full)
+    assert asked == [True, False, False, False]

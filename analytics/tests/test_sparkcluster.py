@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from conftest import DATA
 
-from flowplane_analytics import sparkcluster
+from flowplane_analytics import engine, sparkcluster
 from flowplane_analytics.cli import main
 
 TOPO = str(DATA / "lab6.yaml")
@@ -133,7 +133,8 @@ def test_cluster_runs_the_metrics_like_duckdb(cluster, compacted, tmp_path):
     # ... and every task ran on those executors, both of them, none in the driver
     tasks = _tasks_by_executor(events, app)
     assert set(tasks) == {"0", "1"}, tasks
-    # A small dataset: the executors' JVMs compiled with C1 only, as the driver's did.
+    # A small dataset: the executors' JVMs compiled with C1 only.
+    assert engine.locate(str(root), "compact").size < engine.C1_MAX_BYTES
     logs = list(Path(cluster.dir).glob(f"work/worker-*/{app}/*/stderr"))
     commands = [f.read_text().split("\n", 1)[0] for f in logs]
     assert len(commands) == 2 and all("-XX:TieredStopAtLevel=1" in c for c in commands), commands

@@ -137,9 +137,9 @@ def measure(engine_name: str, root: str, out: str) -> None:
 
     net = topology.load(TOPO)
     cs = clusters.resolve(net)
+    t0 = time.time()
     # Located before the session, as the CLI does: Spark sizes its JVMs' compilation to it.
     src = engine.locate(root, "compact")
-    t0 = time.time()
     con = engine.connect(_opts(engine_name, out), src)
     t1 = time.time()
     ds = engine.load(con, src, cache=False)

@@ -32,7 +32,8 @@ _auto_partitions = False  # the session's shuffle partitions are ours to size (s
 SHUFFLE_BYTES = 16 << 20  # Parquet bytes read per shuffle partition
 # Below this much local Parquet, Spark's JVMs compile with C1 only (-XX:TieredStopAtLevel=1): a
 # short run ends before C2's faster code repays the CPU its compiler takes from the tasks (on
-# the bench's 2 cores C1 wins at 10⁶ samples, 10 MB compacted, and loses at 10⁷, 90 MB).
+# the bench's 2 cores C1 wins at 10⁶ samples, 9 MiB compacted, and loses at 10⁷, 86 MiB; the
+# limit lies between the two, below where their timings cross).
 C1_MAX_BYTES = 16 << 20
 
 
@@ -204,7 +205,8 @@ def spark_session(
 
 def connect(opts: Options, src: Source | None = None) -> Any:
     """A connection to the engine; EngineError for settings it refuses. src: the dataset it
-    will read, when known first (Spark sizes its JVMs' compilation to it)."""
+    will read, when known first (Spark sizes its JVMs' compilation to it). Spark's session is
+    one per process: only the src given when it starts counts."""
     if opts.engine == "duckdb":
         import duckdb
 
