@@ -3,6 +3,7 @@ package prio
 import (
 	"context"
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -78,9 +79,13 @@ func TestLabRouterReappliedAndRemovedUnderTraffic(t *testing.T) {
 	}
 	// Quiet: the queues drain, and every packet the classifier saw was sent or dropped by a
 	// class. (r1's own packets, a neighbour solicitation or an MLD report, may pass between the
-	// two reads: read again until both agree.)
+	// two reads: read again until both agree.) A kernel without net.core.qdisc_max_burst drops
+	// a packet before the HTB now and then, when both CPUs enqueue at once (its lockless queue
+	// is capped at HTB's limit, 0), and no class counts it: there, allow 0.1 % unaccounted.
 	var sum, drops, backlog uint64
 	var rs RouterStatus
+	_, err := os.Stat("/proc/sys/net/core/qdisc_max_burst")
+	burstDrops := err != nil
 	for try := 0; ; try++ {
 		rs = statusIn(t, l).Routers[0]
 		sum, drops, backlog = 0, 0, 0
@@ -89,7 +94,8 @@ func TestLabRouterReappliedAndRemovedUnderTraffic(t *testing.T) {
 			drops += uint64(c.Drops)
 			backlog += uint64(c.Backlog)
 		}
-		if backlog == 0 && rs.Counters["packets"] == sum+drops {
+		seen := rs.Counters["packets"]
+		if backlog == 0 && (seen == sum+drops || burstDrops && seen > sum+drops && seen-sum-drops <= seen/1000) {
 			break
 		}
 		if try == 50 {
@@ -103,7 +109,7 @@ func TestLabRouterReappliedAndRemovedUnderTraffic(t *testing.T) {
 			t.Errorf("class %s: status says %d packets, tc -s class %d (listed: %v)", c.Class, c.Packets, got, ok)
 		}
 	}
-	t.Logf("6 re-applies under 4 streams: up to %d packets queued in a leaf; %d packets classified, %d sent and %d dropped by the classes", queued, rs.Counters["packets"], sum, drops)
+	t.Logf("6 re-applies under 4 streams: up to %d packets queued in a leaf; %d packets classified, %d sent and %d dropped by the classes, %d by the kernel before them", queued, rs.Counters["packets"], sum, drops, rs.Counters["packets"]-sum-drops)
 
 	// Removed with full queues: what was queued goes with the qdisc, TCP sends it again.
 	done = iperfBackground(t, l, h2, "-t", "3", "-P", "4")
