@@ -137,7 +137,8 @@ def test_json_numbers_stay_numbers(tmp_path):
 
 def test_compact(ds, tmp_path, capsys):
     """`compact` writes DATA/compact/; loss and delay read it by default and equal the
-    partitioned records' answers; once a period is added it is stale and ignored."""
+    partitioned records' answers; once a period is added it is stale and ignored, and so it is
+    when a period is rotated out for another (as many files as before)."""
     import shutil
 
     root = tmp_path / "ds"
@@ -166,6 +167,18 @@ def test_compact(ds, tmp_path, capsys):
     assert main(["loss", "-d", str(root), "-t", TOPO, "--format", "csv"]) == 0
     cap = capsys.readouterr()
     assert "stale" in cap.err and cap.out != want["loss"]
+    # rotation: one probe's oldest period goes, a later one comes; the count is unchanged
+    assert main(["compact", "-d", str(root)]) == 0
+    assert main(["loss", "-d", str(root), "-t", TOPO, "--format", "csv"]) == 0
+    before = capsys.readouterr()
+    assert "stale" not in before.err
+    probe = sorted((root / "counters").glob("probe=*"))[0]
+    periods = sorted(probe.glob("period=*"), key=lambda d: int(d.name.removeprefix("period=")))
+    last = int(periods[-1].name.removeprefix("period="))
+    periods[0].rename(probe / f"period={last + 1}")
+    assert main(["loss", "-d", str(root), "-t", TOPO, "--format", "csv"]) == 0
+    cap = capsys.readouterr()
+    assert "stale" in cap.err and cap.out != before.out
 
 
 def test_positional_topology_is_deprecated(capsys):

@@ -4,6 +4,7 @@ the dataset read the same way on either."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import json
 import os
@@ -335,6 +336,19 @@ def _counter_files(root: str) -> int:
     return sum(1 for _ in _local(root).glob("counters/probe=*/period=*/part-0.parquet"))
 
 
+def _records_state(root: str) -> str:
+    """A digest of the record files under root: each one's path, size and modification time.
+    A compacted copy built from other records (a period added, rewritten or removed) is
+    stale, whatever the number of files."""
+    d = _local(root)
+    h = hashlib.sha256()
+    for t in filecheck.RAW_TABLES:
+        for p in sorted((d / t).glob(filecheck.RAW_GLOB)):
+            st = p.stat()
+            h.update(f"{p.relative_to(d)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
 def _numbered(t: ir.Table, name: str, keys: list[str]) -> ir.Table:
     """The distinct rows of t with a dense integer id (0, 1, …) in key order."""
     d = t.select(*keys).distinct()
@@ -483,8 +497,8 @@ def locate(
     probe's period with a bad counters or samples file as if it had not been recorded (so the
     metrics flag its points as missing), and say so on stderr.
 
-    layout "auto" reads root/compact/ when `compact` wrote it and no period was added since
-    (the number of counters files is unchanged), else the Hive-partitioned records.
+    layout "auto" reads root/compact/ when `compact` wrote it from the records there now (no
+    record file added, removed or rewritten since), else the Hive-partitioned records.
     known_bad: files found bad otherwise (filecheck.deep_check), treated as those found here."""
     root = str(root)
     known = {b.path: b.problem for b in known_bad}
@@ -500,12 +514,13 @@ def locate(
         chosen = "raw"
         meta = _compact_meta(root)
         if meta is not None:
-            if meta.get("counter_files") == _counter_files(root):
+            if meta.get("records") == _records_state(root):
                 chosen = "compact"
             else:
                 _note(
-                    f"{root}/{COMPACT} is stale (periods were added since `compact`): "
-                    "reading the partitioned records"
+                    f"{root}/{COMPACT} is stale (the records changed since `compact`): "
+                    f"reading the partitioned records; rerun `flowplane-analytics compact "
+                    f"--data {root}`"
                 )
     if chosen == "compact":
         src = Source(root, "compact")
@@ -613,7 +628,7 @@ def compact(
     (``flows``), and the samples as integer columns, one part per `periods_per_part`
     consecutive periods (``samples/chunk=N/``), ordered by period. Part by part, so memory
     stays bounded whatever the size. Rebuilt from scratch each time; until it is re-run after
-    new periods arrive, `load` ignores it. Bad record files: as `locate` (skip_bad: left out,
+    the records change, `load` ignores it. Bad record files: as `locate` (skip_bad: left out,
     and listed in meta.json's "skipped", so that reading the copy says so)."""
     if isinstance(root, Source):
         src = root
@@ -624,7 +639,7 @@ def compact(
     root = src.root
     if con.name == "pyspark":
         size_shuffles(con._session, src)
-    n_files = _counter_files(root)
+    n_files, state = _counter_files(root), _records_state(root)
     agg, s_all = _raw_tables(con, src)
     # The complete (probe, period)s, once: each part then reads only its own files.
     done = ibis.memtable(
@@ -641,7 +656,7 @@ def compact(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a failed run leaves nothing behind
         raise
-    meta["counter_files"] = n_files
+    meta["counter_files"], meta["records"] = n_files, state
     if src.skipped:
         meta["skipped"] = [str(Path(b.path).relative_to(_local(root))) for b in src.skipped]
     (tmp / "meta.json").write_text(json.dumps(meta))
