@@ -201,6 +201,34 @@ def test_wrong_table_and_bad_period_directory(ds, tmp_path, capsys):
     bad_input(code, err, "period=abc is not a period number")
 
 
+@pytest.mark.parametrize(
+    ("table", "column", "to", "shown"),
+    [
+        ("counters", "packets", "string", "packets is string"),
+        ("counters", "packets", "double", "packets is double"),
+        ("samples", "tai_ns", "string", "tai_ns is string"),
+        ("samples", "hash", "double", "hash is double"),
+        ("samples", "src_port", "string", "src_port is string"),
+    ],
+)
+def test_column_of_the_wrong_type(ds, tmp_path, capsys, table, column, to, shown):
+    """A record file whose column holds the wrong type (text for a count, a float for an
+    integer) is named, exit 2, on every metric; --skip-bad-files leaves its probe's period out."""
+    import pyarrow.parquet as pq
+
+    root = copy(ds, tmp_path)
+    f = record(root, table, "r1", 0)
+    t = pq.read_table(f)
+    i = t.schema.get_field_index(column)
+    pq.write_table(t.set_column(i, column, t[column].cast(to)), f)
+    for m in ("loss", "delay", "paths"):
+        code, _, err = run([m, "-d", root, "-t", TOPO], capsys)
+        bad_input(code, err, f, f"column {shown}, not a {table} record")
+    code, out, err = run(["loss", "-d", root, "-t", TOPO, "--skip-bad-files"], capsys)
+    assert code == 0 and f"skipped {f}: column {shown}" in err and "missing_points" in out
+    clean(err)
+
+
 def test_several_bad_files(ds, tmp_path, capsys):
     root = copy(ds, tmp_path)
     files = [record(root, "counters", p, 0) for p in ("r1", "r2", "r6")]

@@ -1,7 +1,8 @@
 """Finding the record files an engine could not read, before it starts.
 
 Every Parquet file a layout reads has its footer read (``pyarrow.parquet.read_metadata``: the
-file's last bytes, no data) and its columns compared with what the metrics need; a period
+file's last bytes, no data) and its columns' names and types compared with what the metrics
+need; a period
 directory must be named by a number. This finds a truncated file, one that is not Parquet at
 all, and one of the wrong table, the same way whichever engine then runs, and names the file
 rather than leaving the engine to fail with its own trace (DuckDB's, or a Java stack from
@@ -43,6 +44,8 @@ COMPACT_COLUMNS = {
     "flows": ("flow", *TUPLE),
     "samples": ("period", "mp", "hash", "tai_ns", "flow"),
 }
+# Of the columns above, those that hold text; every other one holds an integer.
+STRING_COLUMNS = frozenset({"probe", "ifname", "direction", "src_addr", "dst_addr"})
 RAW_TABLES = ("counters", "samples")
 RAW_GLOB = "probe=*/period=*/part-0.parquet"
 
@@ -79,7 +82,8 @@ class BadFilesError(Exception):
 
 
 def parquet_problem(path: str | Path, columns: Iterable[str] = (), what: str = "") -> str | None:
-    """What is wrong with the Parquet file at path (its footer and column names only), or None."""
+    """What is wrong with the Parquet file at path (its footer: the columns' names and types),
+    or None."""
     try:
         if os.path.getsize(path) == 0:
             return "empty file (0 bytes): " + NOT_PARQUET
@@ -94,7 +98,24 @@ def parquet_problem(path: str | Path, columns: Iterable[str] = (), what: str = "
     missing = [c for c in columns if c not in names]
     if missing:
         return f"no column {', '.join(missing)}: not {what or 'a record file'}"
+    try:
+        schema = md.schema.to_arrow_schema()
+    except (pa.ArrowException, ValueError):
+        return NOT_PARQUET
+    wrong = [f"{c} is {t}" for c in columns if (t := _wrong_type(c, schema.field(c).type))]
+    if wrong:
+        return f"column {', '.join(wrong)}, not {what or 'a record file'}"
     return None
+
+
+def _wrong_type(column: str, t: pa.DataType) -> pa.DataType | None:
+    """t if a column of that name cannot hold it (text, or an integer), else None."""
+    v = t.value_type if pa.types.is_dictionary(t) else t
+    if column in STRING_COLUMNS:
+        ok = pa.types.is_string(v) or pa.types.is_large_string(v)
+    else:
+        ok = pa.types.is_integer(v)
+    return None if ok else t
 
 
 @dataclass
