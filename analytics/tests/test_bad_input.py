@@ -229,6 +229,26 @@ def test_column_of_the_wrong_type(ds, tmp_path, capsys, table, column, to, shown
     clean(err)
 
 
+def test_period_no_probe_recorded(ds, tmp_path, capsys):
+    """A period between the first and the last that no probe recorded (every probe down, or
+    the collection) has no row to carry an alarm: loss names it on stderr, --fail-on-alarm
+    exits 3, and the report counts it."""
+    root = copy(ds, tmp_path)
+    middle = record(root, "counters", "r1", 1).parent.name
+    for d in root.glob(f"*/probe=*/{middle}"):
+        shutil.rmtree(d)
+    period = int(middle.removeprefix("period="))
+    code, out, err = run(["loss", "-d", root, "-t", TOPO, "--format", "csv"], capsys)
+    assert code == 0 and f"ALARM: period {period}: no probe recorded it" in err
+    assert f"\n{period}," not in out
+    clean(err)
+    code, _, err = run(["loss", "-d", root, "-t", TOPO, "--fail-on-alarm"], capsys)
+    assert code == 3, err
+    html = tmp_path / "r.html"
+    assert run(["report", "-d", root, "-t", TOPO, "--html", html], capsys)[0] == 0
+    assert f"period {period}: no probe recorded it" in html.read_text()
+
+
 def test_several_bad_files(ds, tmp_path, capsys):
     root = copy(ds, tmp_path)
     files = [record(root, "counters", p, 0) for p in ("r1", "r2", "r6")]
@@ -563,8 +583,9 @@ def missing_dataset(tmp_path_factory, lab6):
 
 @pytest.mark.parametrize("eng", ENGINES)
 def test_delay_alarm_missing_points(eng, cons, missing_dataset, lab6):
-    """A delay row is flagged missing_points exactly when loss flags its (period, cluster):
-    the delay then comes from the points that are there."""
+    """A delay row is flagged missing_points exactly when loss flags its (period, cluster), and
+    every such (period, cluster) has one, even with no pair: the delay then comes from the
+    points that are there."""
     root, truth = missing_dataset
     cs = clusters.resolve(lab6)
     r = Run(cons(eng), root, lab6, cs)
@@ -576,6 +597,9 @@ def test_delay_alarm_missing_points(eng, cons, missing_dataset, lab6):
         for p, c in zip(dl.period, dl.cluster, strict=True)
     ]
     assert list(dl.alarm) == want
+    # and every (period, cluster) loss flags has its delay row, pairs or not
+    lost = {k for k, a in loss.items() if a == "missing_points"}
     flagged = dl[dl.alarm == "missing_points"]
+    assert set(zip(flagged.period, flagged.cluster, strict=True)) == lost
     assert set(flagged.period) == set(truth.periods[1:])
     assert (dl[dl.period == truth.periods[0]].alarm == "").all()

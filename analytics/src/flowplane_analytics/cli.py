@@ -723,6 +723,9 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
                 else None
             )
         _emit(df, a)
+        gaps = metrics.period_gaps(df["period"])
+        for g in gaps[:20]:
+            print(f"ALARM: {metrics.describe_gap(g)}", file=err)
         if miss is not None:
             print(
                 f"ALARM: {len(alarms)} (period, cluster) rows: "
@@ -743,8 +746,8 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
                     f"{r['role']} point {r['point']}",
                     file=err,
                 )
-            if a.fail_on_alarm:
-                return EXIT_ALARM
+        if (miss is not None or gaps) and a.fail_on_alarm:
+            return EXIT_ALARM
         return 0
     if a.cmd == "delay":
         with _reading(a, src):

@@ -26,7 +26,8 @@ that both engines compute identically (``reductions.nearest_rank``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import ibis
@@ -154,6 +155,22 @@ def loss(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     ).order_by(["period", "cluster"])
 
 
+def period_gaps(periods: Iterable[int]) -> list[tuple[int, int]]:
+    """The runs (first, last) of periods between the first and the last recorded that no probe
+    recorded: an outage of every probe or of the collection, which no row of a table shows
+    (the tables hold the periods some probe recorded). Periods are numbered consecutively
+    (⌊TAI / period length⌋), so a gap is a jump in the numbers."""
+    ps = sorted({int(p) for p in periods})
+    return [(a + 1, b - 1) for a, b in itertools.pairwise(ps) if b - a > 1]
+
+
+def describe_gap(gap: tuple[int, int]) -> str:
+    first, last = gap
+    if first == last:
+        return f"period {first}: no probe recorded it"
+    return f"periods {first}..{last}: no probe recorded them ({last - first + 1} periods)"
+
+
 def missing_points(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     """Each (period, cluster, point) whose counters row is absent."""
     pc = _point_counters(ds, aliases)
@@ -258,7 +275,8 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     """Per period and cluster: matched samples, collisions rejected, delay mean/min/max/p50/p99
     and jitter, in nanoseconds; alarm ``missing_points`` when a point of the cluster has no
     counters row in the period (as loss's: the delay then comes from the points that are
-    there), else "". A row per (period, cluster) with at least one pair."""
+    there), else "". A row per (period, cluster) with at least one pair or with points missing
+    (no pair: 0 pairs, the statistics NULL)."""
     p = _pairs(ds, members, aliases, points=False)
     # Only what the window needs and the statistics read: DuckDB sorts every column it is given.
     p = p.select("ci", "period", "hash", "in_ns", "collision", "delay_ns")
@@ -288,22 +306,26 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
         p99_ns=nearest_rank(of_matches(p.delay_ns), 99),
         jitter_ns=mean(of_matches(p.ipdv)),
     )
-    # Every (cluster, period) with a pair has a valid sample, so a point with a counters row.
-    miss = _cluster_periods(ds, members, aliases).select("ci", "period", "missing")
-    out = st.join(miss, ["ci", "period"]).join(_names(members), "ci")
+    # A (cluster, period) with points missing has a row even without a pair, all its points
+    # missing included (no row in _cluster_periods): a missing probe's clusters must not vanish
+    # from the table. The joins are on small tables: clusters × periods.
+    cp = _cluster_periods(ds, members, aliases).select("ci", "period", "missing")
+    periods = ds.counters.select("period").distinct()
+    out = _names(members).cross_join(periods).left_join(cp, ["ci", "period"])
+    out = out.select("ci", "cluster", "period", "missing").left_join(st, ["ci", "period"])
+    missing = out.missing.fill_null(1)
+    out = out.filter(out.pairs.notnull() | (missing > 0))
     out = out.select(
         "period",
         "cluster",
-        "pairs",
-        "collisions",
-        "matched",
+        *[out[c].fill_null(0).name(c) for c in ("pairs", "collisions", "matched")],
         "mean_ns",
         "min_ns",
         "max_ns",
         "p50_ns",
         "p99_ns",
         "jitter_ns",
-        alarm=ibis.cases((out.missing > 0, "missing_points"), else_=""),
+        alarm=ibis.cases((out.missing.fill_null(1) > 0, "missing_points"), else_=""),
     )
     return out.order_by(["period", "cluster"])
 

@@ -12,6 +12,7 @@ import pandas as pd
 
 from . import draw
 from .clusters import Cluster
+from .metrics import describe_gap, period_gaps
 from .topology import Network
 
 CSS = """body{font-family:sans-serif;margin:2em;max-width:1200px}
@@ -67,6 +68,7 @@ def write(
             ]
         )
         alarms = loss[loss["alarm"] != ""]
+        gaps = [html.escape(describe_gap(g)) for g in period_gaps(loss["period"])]
         totals = (
             loss[loss["alarm"] == ""]
             .groupby("cluster", as_index=False)[["in_packets", "out_packets", "loss"]]
@@ -75,11 +77,14 @@ def write(
         body = [
             f"<h1>{html.escape(title)}</h1>",
             f"<p>{loss['period'].nunique()} periods, {len(clusters)} clusters. Alarms: "
-            f"{len(alarms)} (cluster, period) rows.</p>",
+            f"{len(alarms)} (cluster, period) rows"
+            + (f", {len(gaps)} gaps in the periods" if gaps else "")
+            + ".</p>",
             "<h2>Clusters</h2>",
             _img(t / "graph.png"),
             _table(cl),
             "<h2>Alarms</h2>",
+            *[f'<p class="alarm">{g}</p>' for g in gaps],
             _table(alarms),
             _table(missing),
             "<h2>Loss over the periods without alarms</h2>",
