@@ -221,7 +221,14 @@ def test_s3_bad_input(s3, probes, tmp_path, capsys):
     assert "want s3://BUCKET/PREFIX" in capsys.readouterr().err
     assert main(["loss", "-d", f"{s3}/nothing-here", "-t", TOPO]) == 2
     err = capsys.readouterr().err
-    assert f"--data {s3}/nothing-here: cannot read it" in err and "Traceback" not in err
+    assert f"--data {s3}/nothing-here: cannot read it: no counters/" in err
+    assert "Traceback" not in err
+    # a store that does not answer is said so, not taken for a dataset without files
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        assert main(["loss", "-d", f"{s3}/ok", "-t", TOPO]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read it" in err and "fps3" not in err and "No files found" not in err, err
     assert main(["collect", "-d", f"{s3}/ok", *args]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["status"] == "ok" and row["fetched"] == 3

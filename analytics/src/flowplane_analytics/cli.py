@@ -398,6 +398,18 @@ def _locate(a: argparse.Namespace, layout: str) -> engine.Source:
         raise UsageError(f"--data {a.data}: a {sch}:// dataset needs --engine spark")
     if sch in storage.SCHEMES:
         _check_s3(a.data)
+        # Before an engine lists it: DuckDB's and Spark's globs take an unreachable store or
+        # a missing bucket for "no files".
+        try:
+            root = storage.Root(a.data)
+            root.make()
+            if not root.dirs("counters"):
+                raise UsageError(
+                    f"--data {a.data}: cannot read it: no counters/probe=*/ under this prefix "
+                    "(collect into it first, or check the prefix)"
+                )
+        except (OSError, storage.StorageError) as e:
+            raise UsageError(f"--data {a.data}: cannot read it: {engine.short_error(e)}") from e
     try:
         return engine.locate(a.data, layout, a.skip_bad_files, a.known_bad)
     except filecheck.BadFilesError as e:
@@ -508,32 +520,46 @@ def _sources(a: argparse.Namespace) -> list[coll.Source]:
         tok = coll.default_token(a.token_file)
     except OSError as e:
         raise UsageError(f"--token-file {a.token_file}: {e.strerror or e}") from e
-    specs = list(a.probe)
+    specs = [(x, f"--probe {x!r}") for x in a.probe]
     if a.probe_file:
         try:
             lines = Path(a.probe_file).read_text().splitlines()
         except OSError as e:
             raise UsageError(f"--probe-file {a.probe_file}: {e.strerror or e}") from e
-        specs += [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
+        specs += [
+            (x.strip(), f"--probe-file {a.probe_file} line {n}")
+            for n, x in enumerate(lines, 1)
+            if x.strip() and not x.strip().startswith("#")
+        ]
     if not specs:
         raise UsageError("collect: name the probes with --probe URL or --probe-file FILE")
-    srcs = []
-    for spec in specs:
+    srcs: list[coll.Source] = []
+    seen: dict[tuple[str, str, int], str] = {}
+    for spec, where in specs:
         try:
             src = coll.parse_source(spec, tok)
         except OSError as e:
-            raise UsageError(f"--probe {spec!r}: token file {e.filename}: {e.strerror}") from e
+            raise UsageError(f"{where}: token file {e.filename}: {e.strerror}") from e
         except ValueError as e:
-            raise UsageError(str(e)) from e
+            raise UsageError(f"{where}: {e}") from e
+        want = "want http://HOST:PORT (or https://)"
         try:
             u = urllib.parse.urlsplit(src.url)
-            u.port  # noqa: B018 (raises ValueError for a port that is not a number)
-        except ValueError as e:
-            raise UsageError(f"--probe {spec!r}: not a URL ({e})") from e
-        if u.scheme not in ("http", "https") or not u.hostname:
-            raise UsageError(f"--probe {spec!r}: want http://HOST:PORT (or https://)")
+            port = u.port or (443 if u.scheme == "https" else 80)
+        except ValueError as e:  # a port that is not a number
+            raise UsageError(f"{where}: not a URL ({e}); {want}") from e
+        if u.scheme not in ("http", "https") or not u.hostname or not _HOST.fullmatch(u.hostname):
+            raise UsageError(f"{where}: not a probe's URL; {want}")
+        key = (u.hostname.lower(), u.path.rstrip("/"), port)
+        if key in seen:
+            raise UsageError(f"{where}: the same probe as {seen[key]}; name each probe once")
+        seen[key] = where
         srcs.append(src)
     return srcs
+
+
+# A host name or an IPv4 address (urlsplit gives an IPv6 address without its brackets).
+_HOST = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?")
 
 
 def _check_s3(path: str) -> None:
@@ -689,6 +715,16 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
     if a.cmd == "synth":
         net = _network(a.topology, a.probe_hosts, lab=True)
         _data_dir(a.data)
+        held = [
+            t
+            for t in ("counters", "samples", "jsonl", engine.COMPACT)
+            if (Path(a.data) / t).exists()
+        ]
+        if held:
+            raise UsageError(
+                f"--data {a.data}: already holds records ({', '.join(held)}/); synth writes a "
+                "new dataset: name a new or empty directory"
+            )
         spec = synth.Spec(
             periods=a.periods,
             packets=a.packets,

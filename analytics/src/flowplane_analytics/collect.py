@@ -63,9 +63,9 @@ def parse_source(spec: str, default_token: str | None) -> Source:
         if k == "token-file":
             token = Path(v).read_text().strip()
         else:
-            raise ValueError(f"--probe {spec!r}: unknown option {k!r} (want token-file=PATH)")
+            raise ValueError(f"unknown option {k!r} (want token-file=PATH)")
     if "://" not in url:
-        url = "http://" + url
+        raise ValueError(f"{url!r} has no scheme")
     return Source(url.rstrip("/"), token)
 
 

@@ -743,11 +743,11 @@ def execute(con: Any, expr: ir.Table) -> pd.DataFrame:
     once more to sample its keys (a metric's answer is small next to its input)."""
     op = expr.op()
     if con.name != "pyspark" or not isinstance(op, ops.Sort):
-        return con.execute(expr)
+        return _nullable_integers(con.execute(expr), expr)
     keys = [k.arg for k in op.keys]
     if not all(isinstance(k, ops.Field) and k.rel == op.parent for k in keys):
-        return con.execute(expr)
-    df = con.execute(op.parent.to_expr())
+        return _nullable_integers(con.execute(expr), expr)
+    df = _nullable_integers(con.execute(op.parent.to_expr()), expr)
     for k in reversed(op.keys):  # stable sorts, last key first: each NULL placed as asked
         df = df.sort_values(
             k.arg.name,
@@ -756,6 +756,16 @@ def execute(con: Any, expr: ir.Table) -> pd.DataFrame:
             kind="stable",
         )
     return df.reset_index(drop=True)
+
+
+def _nullable_integers(df: pd.DataFrame, expr: ir.Table) -> pd.DataFrame:
+    """df with its integer columns that hold NULLs as pandas' nullable Int64, on every engine:
+    DuckDB hands them back as Python objects, Spark as floats (35228.0), so the same table
+    would print differently."""
+    for name, t in expr.schema().items():
+        if t.is_integer() and name in df and df[name].dtype.kind not in "iu":
+            df[name] = df[name].astype("Int64")
+    return df
 
 
 # Samples per query when DuckDB runs a compacted dataset in batches of periods: one query up to

@@ -33,7 +33,15 @@ def emit(
         df.to_parquet(output, index=False)
         return
     if fmt == "table":
-        text = df.to_string(index=False, na_rep="-") if len(df) else "(no rows)"
+        # na_rep covers NaN and None, not the nullable integers' <NA>
+        shown = df.assign(
+            **{
+                c: df[c].astype(object).where(df[c].notna(), "-")
+                for c in df.columns
+                if isinstance(df[c].dtype, pd.Int64Dtype)
+            }
+        )
+        text = shown.to_string(index=False, na_rep="-") if len(df) else "(no rows)"
         text += "\n"
     elif fmt == "csv":
         text = df.to_csv(index=False)
