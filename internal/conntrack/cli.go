@@ -478,9 +478,13 @@ func removeCmd() *cobra.Command {
 			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 				return cli.Usagef("no conntrack instance in this network namespace (%s): nothing to remove", dir)
 			}
-			// A record left by a run that was killed goes first, with internal/attach's order.
-			if _, left, err := runState(); err != nil {
+			// A running run keeps its tables: removing them under it would leave a firewall
+			// that no other command can see. A record left by a run that was killed goes
+			// first, with internal/attach's order.
+			if running, left, err := runState(); err != nil {
 				return err
+			} else if running {
+				return cli.Usagef("conntrack run is attached in this network namespace: stop it first (Ctrl-C, or SIGTERM to its process), then remove")
 			} else if left != nil {
 				if _, err := runInstance(inst).Remove(); err != nil && !errors.Is(err, attach.ErrAbsent) {
 					return err

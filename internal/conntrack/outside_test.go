@@ -331,6 +331,14 @@ func launcherRounds(t *testing.T, bin string, ls []launcher, r, empty string, ar
 		if !st.Running || len(st.Interfaces) != 2 || st.Entries["unconfirmed"] < len(want) {
 			t.Errorf("round %d: status by %s: %s", i, third.name, out)
 		}
+		if i == 0 { // remove under a run is refused, its tables kept
+			if _, code := ctl(t, third, bin, r, "conntrack", "remove"); code != 2 {
+				t.Errorf("remove by %s under a run: exit %d, want 2", third.name, code)
+			}
+			if _, code := ctl(t, other, bin, r, "conntrack", "status"); code != 0 {
+				t.Errorf("status after a refused remove: exit %d", code)
+			}
+		}
 		run.stop(t)
 		if got := udpPorts(listJSON(t, third, bin, r)); len(got) != len(want) {
 			t.Errorf("round %d: after run (%s) stopped, list by %s: %v, want %v", i, l.name, third.name, got, want)

@@ -53,7 +53,6 @@ var rules = []rule{
 		limits: []need{
 			{[]string{"qdisc:htb"}, "no `rate` on links (no htb qdisc)"},
 			{[]string{"prog:sched_cls", "bpffs"}, "no `loss` on links (no tc BPF programs)"},
-			{[]string{"qdisc:netem"}, "links take rate and loss, not delay, jitter or reordering (no netem qdisc)"},
 		}},
 	{subsystem: "conntrack", needs: []need{privileges, bpf, tcx, {[]string{"map:lru_hash", "map:percpu_array"}, "Linux 6.1 or newer"}},
 		limits: []need{
