@@ -431,6 +431,9 @@ func timeoutCmd() *cobra.Command {
 						set[i] = n + "=" + over[n].String()
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "conntrack: set timeout %s\n", strings.Join(set, " "))
+					if running, _, err := runState(); err == nil && !running {
+						fmt.Fprintln(cmd.ErrOrStderr(), "conntrack: no run is attached: these apply to the pinned tables until the next run, which sets its own (its config and --timeout)")
+					}
 					return nil
 				}
 				to, liberal, err := t.Timeouts()
