@@ -275,14 +275,17 @@ func TestFlowCacheClocks(t *testing.T) {
 	t.Parallel()
 	t.Run("pias idle reset", func(t *testing.T) {
 		t.Parallel()
-		objs := classifier(t, &RouterPolicy{Scheme: PIAS, Leaves: 1, Thresholds: []uint64{200}, IdleReset: time.Nanosecond})
+		// An idle_reset long enough that the first three packets, sent back to back, are not
+		// apart by it on a loaded machine (the clock is coarse: 1 ns would be a tick).
+		const idle = time.Second
+		objs := classifier(t, &RouterPolicy{Scheme: PIAS, Leaves: 1, Thresholds: []uint64{200}, IdleReset: idle})
 		f := tcpFrame(trusted, server, 7300, 80, nil) // 154 bytes: band 1 from the second packet
 		for i := range 3 {
 			if got := classify(t, objs, f); got != class(min(i, 1), 0) {
 				t.Fatalf("packet %d: class %x, want %x", i, got, class(min(i, 1), 0))
 			}
 		}
-		sleepPast(t, time.Nanosecond)
+		sleepPast(t, idle)
 		if got := classify(t, objs, f); got != class(0, 0) {
 			t.Errorf("after idling: class %x, want band 0 (%x)", got, class(0, 0))
 		}
