@@ -312,9 +312,9 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
     cp = _cluster_periods(ds, members, aliases).select("ci", "period", "missing")
     periods = ds.counters.select("period").distinct()
     out = _names(members).cross_join(periods).left_join(cp, ["ci", "period"])
-    out = out.select("ci", "cluster", "period", "missing").left_join(st, ["ci", "period"])
-    missing = out.missing.fill_null(1)
-    out = out.filter(out.pairs.notnull() | (missing > 0))
+    out = out.select("ci", "cluster", "period", missing=out.missing.fill_null(1))
+    out = out.left_join(st, ["ci", "period"])
+    out = out.filter(out.pairs.notnull() | (out.missing > 0))
     out = out.select(
         "period",
         "cluster",
@@ -325,7 +325,7 @@ def delay(ds: Dataset, members: ir.Table, aliases: ir.Table) -> ir.Table:
         "p50_ns",
         "p99_ns",
         "jitter_ns",
-        alarm=ibis.cases((out.missing.fill_null(1) > 0, "missing_points"), else_=""),
+        alarm=ibis.cases((out.missing > 0, "missing_points"), else_=""),
     )
     return out.order_by(["period", "cluster"])
 
