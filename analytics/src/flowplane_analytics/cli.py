@@ -268,7 +268,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fail-on-alarm",
         action="store_true",
-        help=f"exit {EXIT_ALARM} when any period has an alarm",
+        help=f"exit {EXIT_ALARM} when any period has an alarm, or a period no probe recorded",
     )
 
     p = sub.add_parser("delay", help="delay per period and cluster from matched samples")
@@ -558,7 +558,7 @@ def _sources(a: argparse.Namespace) -> list[coll.Source]:
     return srcs
 
 
-# A host name or an IPv4 address (urlsplit gives an IPv6 address without its brackets).
+# A host name or an IPv4 address, or an IPv6 one with its zone (urlsplit drops the brackets).
 _HOST = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?")
 
 
@@ -762,6 +762,8 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
         gaps = metrics.period_gaps(df["period"])
         for g in gaps[:20]:
             print(f"ALARM: {metrics.describe_gap(g)}", file=err)
+        if len(gaps) > 20:
+            print(f"ALARM: … and {len(gaps) - 20} more gaps in the periods", file=err)
         if miss is not None:
             print(
                 f"ALARM: {len(alarms)} (period, cluster) rows: "

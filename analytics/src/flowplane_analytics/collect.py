@@ -65,7 +65,7 @@ def parse_source(spec: str, default_token: str | None) -> Source:
         else:
             raise ValueError(f"unknown option {k!r} (want token-file=PATH)")
     if "://" not in url:
-        raise ValueError(f"{url!r} has no scheme")
+        raise ValueError(f"{url!r} has no scheme: want http://{url}")
     return Source(url.rstrip("/"), token)
 
 

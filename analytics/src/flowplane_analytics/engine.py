@@ -517,8 +517,9 @@ def locate(
             if meta.get("records") == _records_state(root):
                 chosen = "compact"
             else:
+                why = "the records changed since" if "records" in meta else "written by an older"
                 _note(
-                    f"{root}/{COMPACT} is stale (the records changed since `compact`): "
+                    f"{root}/{COMPACT} is stale ({why} `compact`): "
                     f"reading the partitioned records; rerun `flowplane-analytics compact "
                     f"--data {root}`"
                 )
@@ -799,4 +800,12 @@ def execute_by_periods(
         chunk = ps[i : i + batch]
         parts.append(execute(con, build(restrict(ds, chunk[0], chunk[-1]))))
     df = pd.concat(parts, ignore_index=True)
-    return df.astype(parts[0].dtypes.to_dict()) if len(parts[0]) else df
+    if not len(parts[0]):
+        return df
+    # The first part's types (an empty part's columns come back as objects), except that an
+    # integer column with a NULL in any part is nullable.
+    types = {
+        c: "Int64" if t.kind in "iu" and df[c].isna().any() else t
+        for c, t in parts[0].dtypes.items()
+    }
+    return df.astype(types)

@@ -102,9 +102,13 @@ def parquet_problem(path: str | Path, columns: Iterable[str] = (), what: str = "
         schema = md.schema.to_arrow_schema()
     except (pa.ArrowException, ValueError):
         return NOT_PARQUET
-    wrong = [f"{c} is {t}" for c in columns if (t := _wrong_type(c, schema.field(c).type))]
+    wrong = [
+        f"{c} is {t} (want {'text' if c in STRING_COLUMNS else 'an integer'})"
+        for c in columns
+        if (t := _wrong_type(c, schema.field(c).type))
+    ]
     if wrong:
-        return f"column {', '.join(wrong)}, not {what or 'a record file'}"
+        return f"column {', '.join(wrong)}: not usable as {what or 'a record file'}"
     return None
 
 

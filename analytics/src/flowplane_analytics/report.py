@@ -78,7 +78,7 @@ def write(
             f"<h1>{html.escape(title)}</h1>",
             f"<p>{loss['period'].nunique()} periods, {len(clusters)} clusters. Alarms: "
             f"{len(alarms)} (cluster, period) rows"
-            + (f", {len(gaps)} gaps in the periods" if gaps else "")
+            + (f", {len(gaps)} gap{'s' if len(gaps) > 1 else ''} in the periods" if gaps else "")
             + ".</p>",
             "<h2>Clusters</h2>",
             _img(t / "graph.png"),
