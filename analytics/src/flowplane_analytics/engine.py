@@ -332,21 +332,20 @@ def _read(con: Any, root: str, table: str, files: list[str] | None = None) -> ir
     return con.read_parquet(base, mergeSchema="true")
 
 
-def _counter_files(root: str) -> int:
-    return sum(1 for _ in _local(root).glob("counters/probe=*/period=*/part-0.parquet"))
-
-
-def _records_state(root: str) -> str:
-    """A digest of the record files under root: each one's path, size and modification time.
-    A compacted copy built from other records (a period added, rewritten or removed) is
-    stale, whatever the number of files."""
+def _records_state(root: str) -> tuple[int, str]:
+    """(the number of counters files, a digest of every record file under root: its path, size
+    and modification time). A compacted copy built from other records (a period added,
+    rewritten or removed) is stale, whatever the number of files."""
     d = _local(root)
     h = hashlib.sha256()
+    n = {}
     for t in filecheck.RAW_TABLES:
-        for p in sorted((d / t).glob(filecheck.RAW_GLOB)):
+        files = sorted((d / t).glob(filecheck.RAW_GLOB))
+        n[t] = len(files)
+        for p in files:
             st = p.stat()
             h.update(f"{p.relative_to(d)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
+    return n["counters"], h.hexdigest()
 
 
 def _numbered(t: ir.Table, name: str, keys: list[str]) -> ir.Table:
@@ -514,7 +513,7 @@ def locate(
         chosen = "raw"
         meta = _compact_meta(root)
         if meta is not None:
-            if meta.get("records") == _records_state(root):
+            if meta.get("records") == _records_state(root)[1]:
                 chosen = "compact"
             else:
                 why = "the records changed since" if "records" in meta else "written by an older"
@@ -640,7 +639,7 @@ def compact(
     root = src.root
     if con.name == "pyspark":
         size_shuffles(con._session, src)
-    n_files, state = _counter_files(root), _records_state(root)
+    n_files, state = _records_state(root)
     agg, s_all = _raw_tables(con, src)
     # The complete (probe, period)s, once: each part then reads only its own files.
     done = ibis.memtable(
