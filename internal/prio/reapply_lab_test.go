@@ -24,8 +24,9 @@ import (
 // with other rates and queue limits each time. Every class's packets and bytes and the
 // classifier's packets only grow; the transfer completes; once it has, the queues are empty and,
 // since the first apply, the classifier saw exactly the packets the classes sent or dropped, as
-// `tc -s class` shows them too. Then the router is removed while a second transfer keeps its queues full: the
-// transfer completes, and no flowplane qdisc, program or queued packet is left on the device.
+// `tc -s class` shows them too. Then the router is removed while a second transfer keeps its
+// queues full: the transfer completes, and no flowplane qdisc, program or queued packet is left
+// on the device.
 // h1 sends without TSO and GSO, so the classifier and the classes count the same packets.
 func TestLabRouterReappliedAndRemovedUnderTraffic(t *testing.T) {
 	t.Parallel()
