@@ -65,6 +65,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"lab", "nosuch"}, `unknown command "nosuch" for "flowplane lab"`},
 		{[]string{"prio", "host", "nosuch"}, `unknown command "nosuch" for "flowplane prio host"`},
 		{[]string{"-v", "vnet", "exec"}, "flowplane vnet exec needs --config"},
+		{[]string{"help", "lab", "nosuch"}, `help: no command "lab nosuch"`},
+		{[]string{"completion", "fish2"}, `unknown command "fish2" for "flowplane completion"; did you mean fish?`},
+		{[]string{"completion", "bash", "extra"}, "flowplane completion bash takes 0 argument(s), got 1"},
 	} {
 		_, stderr, code := flowplane(t, c.args...)
 		if code != 2 || !strings.Contains(stderr, c.want) {

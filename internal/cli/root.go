@@ -3,6 +3,7 @@ package cli
 import (
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -29,9 +30,49 @@ func Root(use, short string, subcommands ...*cobra.Command) *cobra.Command {
 	}
 	// Subcommands inherit the flag error function.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return Usage(err) })
+	root.SetHelpCommand(helpCommand())
 	root.AddCommand(subcommands...)
+	// Cobra adds its completion command when the tree runs; added here, the checks below
+	// cover it too (an unknown shell was help and exit 0, an extra argument exit 1).
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			for _, shell := range c.Commands() {
+				shell.Args = ExactArgs(0)
+			}
+		}
+	}
 	requireSubcommand(root)
 	return root
+}
+
+// helpCommand is `help [COMMAND]...` as cobra's, except that an unknown topic is a usage
+// error (cobra's printed the usage and exited 0).
+func helpCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [COMMAND]...",
+		Short: "Help about any command",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil || len(rest) > 0 {
+				return Usagef("help: no command %q; run %s help for the list", strings.Join(args, " "), c.Root().Name())
+			}
+			return cmd.Help()
+		},
+		ValidArgsFunction: func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil || len(rest) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			var out []cobra.Completion
+			for _, s := range cmd.Commands() {
+				if s.IsAvailableCommand() && strings.HasPrefix(s.Name(), toComplete) {
+					out = append(out, cobra.CompletionWithDesc(s.Name(), s.Short))
+				}
+			}
+			return out, cobra.ShellCompDirectiveNoFileComp
+		},
+	}
 }
 
 // requireSubcommand makes every command that only groups others (no Run of its own) print its
