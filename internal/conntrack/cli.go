@@ -242,7 +242,8 @@ func flushCmd() *cobra.Command {
 // its counters.
 type Status struct {
 	Counters           Counters       `json:"counters"`
-	Entries            map[string]int `json:"entries"` // confirmed, unconfirmed
+	Entries            map[string]int `json:"entries"`  // confirmed, unconfirmed
+	Capacity           map[string]int `json:"capacity"` // the tables' sizes: confirmed, unconfirmed
 	UnconfirmedEvicted uint64         `json:"unconfirmed_evicted"`
 	Interfaces         []IfaceHook    `json:"interfaces"`
 	Running            bool           `json:"running"` // a run is attached
@@ -278,6 +279,7 @@ func ReadStatus() (*Status, error) {
 			hooks = []IfaceHook{}
 		}
 		st = &Status{Counters: c, Entries: map[string]int{"confirmed": conf, "unconfirmed": unconf},
+			Capacity:           map[string]int{"confirmed": int(t.Main.MaxEntries()), "unconfirmed": int(t.Emb.MaxEntries())},
 			UnconfirmedEvicted: Evicted(c, unconf), Interfaces: hooks, Running: run}
 		if left != nil {
 			st.Leftover = left.Why
@@ -307,7 +309,9 @@ func statusCmd() *cobra.Command {
 func printStatus(w io.Writer, st *Status) {
 	c, hooks := st.Counters, st.Interfaces
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if !st.Running {
+	if st.Running {
+		fmt.Fprintf(tw, "running\tyes\n")
+	} else {
 		fmt.Fprintf(tw, "running\tno (the tables are pinned; no run is attached)\n")
 	}
 	if st.Leftover != "" {
@@ -316,8 +320,9 @@ func printStatus(w io.Writer, st *Status) {
 	for _, h := range hooks {
 		fmt.Fprintf(tw, "interface %s\t%s, hook %s\n", h.Interface, h.Role, h.Hook)
 	}
-	fmt.Fprintf(tw, "entries confirmed\t%d\n", st.Entries["confirmed"])
-	fmt.Fprintf(tw, "entries unconfirmed\t%d\n", st.Entries["unconfirmed"])
+	for _, k := range []string{"confirmed", "unconfirmed"} {
+		fmt.Fprintf(tw, "entries %s\t%d of %d\n", k, st.Entries[k], st.Capacity[k])
+	}
 	fmt.Fprintf(tw, "unconfirmed_evicted\t%d\n", st.UnconfirmedEvicted)
 	for _, n := range StatNames {
 		fmt.Fprintf(tw, "%s\t%d\n", n, c[n])

@@ -138,7 +138,11 @@ func decodeConfig(file string, data []byte) (*Config, error) {
 			return 0
 		}
 		n, err := strconv.ParseUint(s, 10, 32)
-		if err != nil || n == 0 {
+		switch {
+		case errors.Is(err, strconv.ErrRange):
+			el.Add(v.Line, f, "%s entries: too many; the most is %d", s, uint32(1<<32-1))
+			return 0
+		case err != nil || n == 0:
 			el.Add(v.Line, f, "%q is not a table size; write a positive number of entries, e.g. 65536", s)
 			return 0
 		}
@@ -241,16 +245,25 @@ func checkTimeout(name, val string) (time.Duration, error) {
 	if _, ok := DefaultTimeouts()[name]; !ok {
 		return 0, fmt.Errorf("unknown timeout %q (known: %s)", name, strings.Join(timeoutNames, ", "))
 	}
+	const most = time.Duration(1<<32-1) * time.Second // the BPF table holds seconds in 32 bits
 	d, err := time.ParseDuration(val)
 	if err != nil {
-		if n, err2 := strconv.ParseUint(val, 10, 32); err2 == nil {
-			d = time.Duration(n) * time.Second
-		} else {
-			return 0, fmt.Errorf("timeout %s: %w", name, err)
+		n, err2 := strconv.ParseUint(val, 10, 64) // a bare number is seconds
+		switch {
+		case errors.Is(err2, strconv.ErrRange) || err2 == nil && n > uint64(most/time.Second):
+			return 0, fmt.Errorf("timeout %s=%s: too long; the most is %ds", name, val, most/time.Second)
+		case err2 != nil:
+			return 0, fmt.Errorf("timeout %s=%s: not a duration; write e.g. 30s, 5m, 2h30m or 120 (seconds)", name, val)
 		}
+		d = time.Duration(n) * time.Second
 	}
-	if d < time.Second || d > time.Duration(1<<32-1)*time.Second || d%time.Second != 0 {
-		return 0, fmt.Errorf("timeout %s=%s: must be a whole number of seconds, at least 1s", name, val)
+	switch {
+	case d < time.Second:
+		return 0, fmt.Errorf("timeout %s=%s: too short; the least is 1s", name, val)
+	case d > most:
+		return 0, fmt.Errorf("timeout %s=%s: too long; the most is %ds", name, val, most/time.Second)
+	case d%time.Second != 0:
+		return 0, fmt.Errorf("timeout %s=%s: must be a whole number of seconds", name, val)
 	}
 	return d, nil
 }

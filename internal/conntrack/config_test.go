@@ -45,9 +45,16 @@ func TestDecodeConfigErrors(t *testing.T) {
 			`ct.yaml:1: mode: "fast": want firewall or track`,
 			`ct.yaml:2: hook: "nic": want auto, xdp or tc`,
 			`ct.yaml:3: liberal: "maybe" is not true or false`}},
-		{"timeout", "timeouts:\n  tcp_established: 0.5s\n  tcp_nope: 1s\n", []string{
-			"ct.yaml:2: timeouts.tcp_established: timeout tcp_established=0.5s: must be a whole number of seconds",
+		{"timeout", "timeouts:\n  tcp_established: 1.5s\n  tcp_nope: 1s\n", []string{
+			"ct.yaml:2: timeouts.tcp_established: timeout tcp_established=1.5s: must be a whole number of seconds",
 			`ct.yaml:3: timeouts.tcp_nope: unknown key "tcp_nope"`}},
+		{"timeout range", "timeouts:\n  tcp_close: 99999999999\n  tcp_syn_sent: -5s\n  tcp_fin_wait: 2000000h\n" +
+			"  udp_stream: soon\n  icmp: 999999999999999999999\n", []string{
+			"ct.yaml:2: timeouts.tcp_close: timeout tcp_close=99999999999: too long; the most is 4294967295s",
+			"ct.yaml:3: timeouts.tcp_syn_sent: timeout tcp_syn_sent=-5s: too short; the least is 1s",
+			"ct.yaml:4: timeouts.tcp_fin_wait: timeout tcp_fin_wait=2000000h: too long; the most is 4294967295s",
+			"ct.yaml:5: timeouts.udp_stream: timeout udp_stream=soon: not a duration; write e.g. 30s",
+			"ct.yaml:6: timeouts.icmp: timeout icmp=999999999999999999999: too long"}},
 		{"allow", "allow:\n  ports: [tcp/0, sctp/9, icmp/3]\n  prefixes: 198.18.0.0/15\n", []string{
 			`ct.yaml:2: allow.ports[0]: allowed port "tcp/0": bad port`,
 			`ct.yaml:2: allow.ports[1]: allowed port "sctp/9": want tcp/N, udp/N, icmp or icmpv6`,
@@ -57,6 +64,8 @@ func TestDecodeConfigErrors(t *testing.T) {
 		{"table", "table: {confirmed: 0, unconfirmed: lots}\n", []string{
 			`ct.yaml:1: table.confirmed: "0" is not a table size`,
 			`ct.yaml:1: table.unconfirmed: "lots" is not a table size`}},
+		{"table too large", "table: {unconfirmed: 99999999999}\n", []string{
+			"ct.yaml:1: table.unconfirmed: 99999999999 entries: too many; the most is 4294967295"}},
 		{"not a mapping", "- mode\n", []string{"ct.yaml:1: the top level must be a mapping"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

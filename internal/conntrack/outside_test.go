@@ -324,11 +324,13 @@ func launcherRounds(t *testing.T, bin string, ls []launcher, r, empty string, ar
 			Running    bool        `json:"running"`
 			Interfaces []IfaceHook `json:"interfaces"`
 			Entries    map[string]int
+			Capacity   map[string]int
 		}
 		if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
 			t.Fatalf("round %d: status by %s: exit %d, %s", i, third.name, code, out)
 		}
-		if !st.Running || len(st.Interfaces) != 2 || st.Entries["unconfirmed"] < len(want) {
+		if !st.Running || len(st.Interfaces) != 2 || st.Entries["unconfirmed"] < len(want) ||
+			st.Capacity["confirmed"] <= 0 || st.Capacity["unconfirmed"] <= 0 {
 			t.Errorf("round %d: status by %s: %s", i, third.name, out)
 		}
 		if i == 0 { // remove under a run is refused, its tables kept
