@@ -362,7 +362,8 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 		es := config.Errors{}
 		for _, m := range problems {
 			field, msg, _ := strings.Cut(m, ": ")
-			es = append(es, config.Error{File: file, Field: field, Msg: msg})
+			// the key's line; a key the file lacks (trust, a default min_rate): the top level's
+			es = append(es, config.Error{File: file, Line: config.KeyLine(root, field), Field: field, Msg: msg})
 		}
 		return nil, es
 	}
