@@ -1,7 +1,6 @@
 package conntrack
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cilium/ebpf/ringbuf"
 	"github.com/spf13/cobra"
 
 	"github.com/flowplane/flowplane/internal/attach"
@@ -338,12 +336,17 @@ func eventsCmd() *cobra.Command {
 		Long: `events prints [NEW] when the data path creates a connection and [DESTROY] when one is
 removed: a SYN reopening a closed one, a RST as a connection's only reply, an expired entry
 found by a packet, the sweep of 'run', or 'flush'. Not reported: unconfirmed entries evicted
-from the full LRU table. Only one reader at a time gets each event.`,
+from the full LRU table. It shows what happens after it starts; JSON lines carry each event's
+time. Only one reader at a time gets each event.`,
 		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withTables(func(t *Tables) error {
+				r, err := OpenEvents(t)
+				if err != nil {
+					return err
+				}
 				ctx := cmd.Context() // main cancels it on SIGINT and SIGTERM
-				return Events(ctx, t, func(ev Event) {
+				return r.Read(ctx, func(ev Event) {
 					if asJSON {
 						_ = json.NewEncoder(cmd.OutOrStdout()).Encode(ev)
 						return
@@ -355,59 +358,6 @@ from the full LRU table. Only one reader at a time gets each event.`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON lines")
 	return cmd
-}
-
-// Event is a record of the ring buffer.
-type Event struct {
-	Type  string `json:"type"`
-	Proto string `json:"proto"`
-	State string `json:"state,omitempty"`
-	Orig  Tuple  `json:"orig"`
-	Reply Tuple  `json:"reply"`
-}
-
-func (ev Event) String() string {
-	s := fmt.Sprintf("[%s] %s", ev.Type, ev.Proto)
-	if ev.State != "" {
-		s += " " + ev.State
-	}
-	return s + " " + ev.Orig.String(ev.Proto) + " " + ev.Reply.String(ev.Proto)
-}
-
-// Events reads the ring buffer until ctx is done.
-func Events(ctx context.Context, t *Tables, fn func(Event)) error {
-	rd, err := ringbuf.NewReader(t.Events)
-	if err != nil {
-		return fmt.Errorf("open event ring buffer: %w", err)
-	}
-	go func() {
-		<-ctx.Done()
-		rd.Close()
-	}()
-	var rec ringbuf.Record
-	for {
-		if err := rd.ReadInto(&rec); err != nil {
-			if errors.Is(err, os.ErrClosed) || ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("read event: %w", err)
-		}
-		var ev ctCtEvent
-		if len(rec.RawSample) < binarySize(ev) {
-			continue
-		}
-		decodeEvent(rec.RawSample, &ev)
-		e := toEntry(ev.Key, ctCtEntry{Status: ev.Status, State: ev.State}, false, 0)
-		typ := "NEW"
-		if ev.Type == uint32(ctCtEventTypeCT_EVENT_DESTROY) {
-			typ = "DESTROY"
-		}
-		out := Event{Type: typ, Proto: e.Proto, Orig: e.Orig, Reply: e.Reply}
-		if e.Proto == "tcp" {
-			out.State = e.State
-		}
-		fn(out)
-	}
 }
 
 func timeoutCmd() *cobra.Command {

@@ -93,7 +93,11 @@ func TestFlush(t *testing.T) {
 	defer cancel()
 	evs := make(chan Event, 64)
 	done := make(chan error, 1)
-	go func() { done <- Events(ctx, f.tables, func(e Event) { evs <- e }) }()
+	r, err := OpenEvents(f.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- r.Read(ctx, func(e Event) { evs <- e }) }()
 	for p := uint16(1); p <= 10; p++ {
 		f.run(udp(true, 1000+p, 53), f.in.Index)
 		if p%2 == 0 {
@@ -224,7 +228,13 @@ func TestEvents(t *testing.T) {
 	defer cancel()
 	evs := make(chan Event, 32)
 	done := make(chan error, 1)
-	go func() { done <- Events(ctx, f.tables, func(e Event) { evs <- e }) }()
+	f.run(udp(true, 4999, 53), f.in.Index) // before the reader opens: not reported (conntrack -E)
+	opened := time.Now()
+	r, err := OpenEvents(f.tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- r.Read(ctx, func(e Event) { evs <- e }) }()
 	f.run(tcpOpen(true, "S", 1, 0), f.in.Index)
 	f.run(tcp(true, "FA", 2, 0, 0), f.in.Index) // refused: no event
 	f.run(tcpOpen(false, "RA", 0, 2), f.out.Index)
@@ -241,6 +251,9 @@ func TestEvents(t *testing.T) {
 		select {
 		case e := <-evs:
 			got = append(got, e.Type+" "+e.State+" "+e.Orig.String(e.Proto))
+			if e.Time.Before(opened.Add(-time.Second)) || e.Time.After(time.Now().Add(time.Second)) {
+				t.Errorf("event %s dated %v, opened at %v", got[len(got)-1], e.Time, opened)
+			}
 		case <-time.After(5 * time.Second):
 			t.Fatalf("events so far: %q", got)
 		}
