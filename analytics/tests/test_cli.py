@@ -135,6 +135,34 @@ def test_json_numbers_stay_numbers(tmp_path):
     assert rows == [{"loss": 5, "rate": 0.25, "n": 1}, {"loss": None, "rate": None, "n": 2}]
 
 
+def test_clusters_in_numeric_order():
+    """Printed tables list C2 before C10 within a period (engines order names as text), the
+    super-clusters after; rows that tie keep their order."""
+    import io
+
+    import pandas as pd
+
+    from flowplane_analytics.output import emit
+
+    df = pd.DataFrame(
+        {
+            "period": [1, 1, 1, 1, 2, 2],
+            "cluster": ["C1", "C10", "C2", "S1", "C10", "C9"],
+            "point": ["a", "b", "c", "d", "e", "f"],
+        }
+    )
+    out = io.StringIO()
+    emit(df, "csv", stream=out)
+    assert out.getvalue().split()[1:] == [
+        "1,C1,a",
+        "1,C2,c",
+        "1,C10,b",
+        "1,S1,d",
+        "2,C9,f",
+        "2,C10,e",
+    ]
+
+
 def test_compact(ds, tmp_path, capsys):
     """`compact` writes DATA/compact/; loss and delay read it by default and equal the
     partitioned records' answers; once a period is added it is stale and ignored, and so it is

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,11 +24,28 @@ def check(fmt: str, output: str | None = None) -> None:
         raise ValueError("--format parquet writes a file: add --output FILE (-o FILE)")
 
 
+def _natural(names: pd.Series) -> pd.Series:
+    """Sort keys that put C2 before C10 (the numbers zero-padded)."""
+    return names.astype(str).map(lambda s: re.sub(r"\d+", lambda m: m.group().zfill(20), s))
+
+
+def readable_order(df: pd.DataFrame) -> pd.DataFrame:
+    """df with its clusters in numeric order within each period (C1, C2, …, C10; the engines
+    order names as text: C1, C10, C2); rows that tie keep their order."""
+    keys = [c for c in ("period", "cluster") if c in df.columns]
+    if "cluster" not in keys or not len(df):
+        return df
+    return df.sort_values(
+        keys, key=lambda c: _natural(c) if c.name == "cluster" else c, kind="stable"
+    ).reset_index(drop=True)
+
+
 def emit(
     df: pd.DataFrame, fmt: str, output: str | None = None, stream: TextIO | None = None
 ) -> None:
     stream = stream or sys.stdout
     check(fmt, output)
+    df = readable_order(df)
     if fmt == "parquet":
         assert output
         df.to_parquet(output, index=False)

@@ -13,6 +13,7 @@ import pandas as pd
 from . import draw
 from .clusters import Cluster
 from .metrics import describe_gap, period_gaps
+from .output import readable_order
 from .topology import Network
 
 CSS = """body{font-family:sans-serif;margin:2em;max-width:1200px}
@@ -28,7 +29,7 @@ def _img(path: Path) -> str:
 def _table(df: pd.DataFrame, max_rows: int = 500) -> str:
     if not len(df):
         return "<p>(no rows)</p>"
-    shown = df.head(max_rows)
+    shown = readable_order(df).head(max_rows)
     rows = []
     for _, r in shown.iterrows():
         cls = ' class="alarm"' if str(r.get("alarm", "") or "") else ""
