@@ -409,6 +409,11 @@ def test_topology_not_there_or_not_text(tmp_path, capsys):
     g = tmp_path / "g.graphml"
     g.write_text("<graphml><graph")
     bad_input(*run(["clusters", "-t", g], capsys)[::2], g, "not a GraphML file")
+    g.write_text(
+        '<graphml xmlns="http://graphml.graphdrawing.org/xmlns"><graph edgedefault="directed">'
+        '<node id="a"/><node id="b"/><edge source="a"/></graph></graphml>'
+    )
+    bad_input(*run(["clusters", "-t", g], capsys)[::2], g, "give every edge a source and a target")
 
 
 def test_synth_needs_a_lab(tmp_path, capsys):

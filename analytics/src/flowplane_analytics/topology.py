@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import networkx as nx
 import yaml
@@ -160,6 +161,13 @@ def _load_graphml(file: str, path: Path) -> Network:
     except Exception as e:  # ElementTree's ParseError, NetworkXError, a bad attribute type
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise TopologyError(f"{file}: not a GraphML file ({first})") from e
+    # networkx reads an <edge> without a source or target as one to a node called "None"
+    for e in ElementTree.parse(path).iter():
+        if e.tag.rpartition("}")[2] == "edge" and not (e.get("source") and e.get("target")):
+            raise TopologyError(
+                f"{file}: <edge source={e.get('source')!r} target={e.get('target')!r}>: "
+                "give every edge a source and a target"
+            )
     return graph_network([(str(a), str(b)) for a, b in g.edges()], name=path.stem)
 
 
