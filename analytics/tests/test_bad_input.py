@@ -507,6 +507,15 @@ def test_bad_settings(ds, tmp_path, capsys):
     bad_input(code, err, "--png", "no directory")
 
 
+def test_out_of_memory(ds, capsys):
+    """A --memory-limit too small for the query: one line saying so and what to change, exit
+    1 (it failed while running), no "internal error"."""
+    code, out, err = run(["delay", "-d", ds, "-t", TOPO, "--memory-limit", "1KB"], capsys)
+    assert code == 1 and out == ""
+    assert "DuckDB ran out of memory" in err and "raise --memory-limit" in err
+    assert "internal error" not in err and "Traceback" not in err
+
+
 def test_collect_and_synth_inputs(tmp_path, capsys):
     a_file = tmp_path / "f"
     a_file.write_text("x")

@@ -841,6 +841,12 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
     raise UsageError(f"unknown command {a.cmd}")
 
 
+def _duckdb_out_of_memory() -> type[Exception]:
+    import duckdb  # a core dependency, imported late: the CLI starts faster without it
+
+    return duckdb.OutOfMemoryException
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: exit 0, 1 (a probe failed; an internal error), 2 (bad input: one
     message naming the file or flag, no traceback) or 3 (--fail-on-alarm). An unexpected
@@ -865,6 +871,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         if engine.debug():
             traceback.print_exc()
+        elif isinstance(e, _duckdb_out_of_memory()):  # under --memory-limit
+            print(
+                f"flowplane-analytics: DuckDB ran out of memory ({engine.short_error(e)}); "
+                "raise --memory-limit, or query fewer periods at once (--batch-periods N)",
+                file=sys.stderr,
+            )
         else:
             print(
                 f"flowplane-analytics: internal error: {type(e).__name__}: "
