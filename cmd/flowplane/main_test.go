@@ -66,6 +66,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"prio", "host", "nosuch"}, `unknown command "nosuch" for "flowplane prio host"`},
 		{[]string{"-v", "vnet", "exec"}, "flowplane vnet exec needs --config"},
 		{[]string{"help", "lab", "nosuch"}, `help: no command "lab nosuch"`},
+		{[]string{"prio", "router", "--dev", "x"}, "flowplane prio router needs --dev, --rate and --policy"},
 		{[]string{"completion", "fish2"}, `unknown command "fish2" for "flowplane completion"; did you mean fish?`},
 		{[]string{"completion", "bash", "extra"}, "flowplane completion bash takes 0 argument(s), got 1"},
 	} {

@@ -181,6 +181,9 @@ func (a *routerApply) flags(cmd *cobra.Command, legacy bool) {
 
 func (a *routerApply) run(cmd *cobra.Command) error {
 	if a.dev == "" || a.rate == "" || a.file == "" {
+		if cmd.Flags().Lookup("config") == nil { // the deprecated bare form takes --policy
+			return cli.Usagef("%s needs --dev, --rate and --policy; usage: %s", cmd.CommandPath(), routerLegacy)
+		}
 		return cli.Usagef("%s needs --dev, --rate and --config; usage: %s", cmd.CommandPath(), routerApplyUse)
 	}
 	bps, err := units.ParseRate(a.rate)
