@@ -139,3 +139,11 @@ func usageIf(err error, usage []error) error {
 	}
 	return err
 }
+
+// Count is "1 link", "2 links": n and the noun, plural with an s unless n is 1.
+func Count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

@@ -138,3 +138,12 @@ func TestRootPassesContext(t *testing.T) {
 		t.Errorf("subcommand's context error %v, want context.Canceled", err)
 	}
 }
+
+func TestCount(t *testing.T) {
+	t.Parallel()
+	for n, want := range map[int]string{0: "0 links", 1: "1 link", 2: "2 links"} {
+		if got := Count(n, "link"); got != want {
+			t.Errorf("Count(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

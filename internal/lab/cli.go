@@ -62,7 +62,7 @@ func upCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "lab %s: up, %d nodes, %d links\n", l.Name(), len(t.Nodes), len(t.Links))
+			fmt.Fprintf(cmd.OutOrStdout(), "lab %s: up, %s, %s\n", l.Name(), cli.Count(len(t.Nodes), "node"), cli.Count(len(t.Links), "link"))
 			return nil
 		},
 	}
@@ -83,7 +83,7 @@ func repair(cmd *cobra.Command, name string, data []byte) error {
 	}
 	switch {
 	case len(links) > 0: // even if a later one failed: these run
-		fmt.Fprintf(cmd.OutOrStdout(), "lab %s: already up, restarted the relay of %d link(s): %s\n", name, len(links), strings.Join(names, ", "))
+		fmt.Fprintf(cmd.OutOrStdout(), "lab %s: already up, restarted the relay of %s: %s\n", name, cli.Count(len(links), "link"), strings.Join(names, ", "))
 	case err == nil:
 		fmt.Fprintf(cmd.OutOrStdout(), "lab %s: already up, nothing to restart\n", name)
 	}
@@ -235,7 +235,7 @@ func statusCmd() *cobra.Command {
 				err = printStatus(cmd.OutOrStdout(), s)
 			}
 			if err == nil && len(ws) > 0 {
-				err = fmt.Errorf("lab %s: %w: the relay of %d link(s) failed or is unsupervised (see the warnings above)", s.Name, ErrDegraded, len(ws))
+				err = fmt.Errorf("lab %s: %w: the relay of %s failed or is unsupervised (see the warnings above)", s.Name, ErrDegraded, cli.Count(len(ws), "link"))
 			}
 			return err
 		},

@@ -106,7 +106,7 @@ func repaired(t *testing.T, l *lab.Lab, before *lab.RelayStatus) *lab.RelayStatu
 		t.Errorf("lab up of another topology under a running lab's name: %v (exit %d), want ErrExists (2)", err, cli.ExitCode(err))
 	}
 	out, err := upAgain(t, l, supervisedLink)
-	if want := "lab " + l.Name() + ": already up, restarted the relay of 1 link(s): h1 — h2\n"; err != nil || out != want {
+	if want := "lab " + l.Name() + ": already up, restarted the relay of 1 link: h1 — h2\n"; err != nil || out != want {
 		t.Fatalf("lab up again: %q, %v; want %q", out, err, want)
 	}
 	r := relayWhen(t, l, "ran again", func(r *lab.RelayStatus) bool { return r.Alive && r.State == "running" })

@@ -126,7 +126,7 @@ func upCommand() *cobra.Command {
 				return err
 			}
 			defer nw.Close()
-			fmt.Fprintf(cmd.OutOrStdout(), "vnet %s: %d nodes, %d links up; type help\n", t.Name, len(t.Nodes), len(t.Links))
+			fmt.Fprintf(cmd.OutOrStdout(), "vnet %s: %s, %s up; type help\n", t.Name, cli.Count(len(t.Nodes), "node"), cli.Count(len(t.Links), "link"))
 			return serve(cmd, NewShell(cmd.OutOrStdout(), nw, nw.Nodes()...))
 		},
 	}
