@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/flowplane/flowplane/internal/config"
+	"github.com/flowplane/flowplane/internal/ipnet"
 )
 
 // Config is the probe's configuration file, and the body of the REST API's GET/PUT /config:
@@ -98,10 +99,9 @@ const (
 )
 
 var (
-	carriers    = []string{carrierDSCP, carrierIPv4Flag, carrierIPv6AltMrk}
-	directions  = []string{"in", "out", "both"}
-	probeIDRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-	protoByName = map[string]uint8{"icmp": 1, "tcp": 6, "udp": 17, "gre": 47, "esp": 50, "icmpv6": 58, "ipv6-icmp": 58, "sctp": 132}
+	carriers   = []string{carrierDSCP, carrierIPv4Flag, carrierIPv6AltMrk}
+	directions = []string{"in", "out", "both"}
+	probeIDRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 )
 
 // The keys each mapping of a probe configuration accepts: the decoder checks files against
@@ -387,13 +387,13 @@ func decodeProtocols(d *dec, v *yaml.Node) []string {
 }
 
 func protocolNumber(s string) (uint8, error) {
-	if n, ok := protoByName[s]; ok {
+	if n, ok := ipnet.Protocols[s]; ok {
 		return n, nil
 	}
 	n, err := strconv.ParseUint(s, 10, 8)
 	if err != nil {
-		names := make([]string, 0, len(protoByName))
-		for k := range protoByName {
+		names := make([]string, 0, len(ipnet.Protocols))
+		for k := range ipnet.Protocols {
 			names = append(names, k)
 		}
 		slices.Sort(names)

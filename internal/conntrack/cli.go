@@ -183,7 +183,7 @@ func (t Tuple) String(proto string) string {
 // String formats e as conntrack -L does.
 func (e Entry) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-6s %d %d ", e.Proto, protoNumber(e.Proto), int(e.Timeout))
+	fmt.Fprintf(&b, "%-6s %d %d ", e.Proto, ipnet.Protocols[e.Proto], int(e.Timeout))
 	if e.Proto == "tcp" {
 		b.WriteString(e.State + " ")
 	}
@@ -199,10 +199,6 @@ func (e Entry) String() string {
 		b.WriteString(" [UNCONFIRMED]")
 	}
 	return b.String()
-}
-
-func protoNumber(p string) int {
-	return map[string]int{"tcp": 6, "udp": 17, "icmp": 1, "icmpv6": 58}[p]
 }
 
 // withTables runs fn on this namespace's pinned tables and closes them after.

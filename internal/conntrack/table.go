@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/flowplane/flowplane/internal/ipnet"
 	"github.com/flowplane/flowplane/internal/stats"
 )
 
@@ -123,22 +124,8 @@ type Entry struct {
 
 var tcpStateNames = []string{"NONE", "SYN_SENT", "SYN_RECV", "ESTABLISHED", "FIN_WAIT", "CLOSE_WAIT", "LAST_ACK", "TIME_WAIT", "CLOSE", "SYN_SENT2"}
 
-func protoName(p uint8, family uint8) string {
-	switch p {
-	case 6:
-		return "tcp"
-	case 17:
-		return "udp"
-	case 1:
-		return "icmp"
-	case 58:
-		return "icmpv6"
-	}
-	return fmt.Sprint(p)
-}
-
 func toEntry(k ctCtKey, v ctCtEntry, confirmed bool, now uint64) Entry {
-	e := Entry{Proto: protoName(k.Proto, k.Family), Confirmed: confirmed, key: k, raw: v,
+	e := Entry{Proto: ipnet.ProtoName(k.Proto), Confirmed: confirmed, key: k, raw: v,
 		Packets: v.Packets, Bytes: v.Bytes,
 		SeenReply: v.Status&ctFSeenReply != 0, Assured: v.Status&ctFAssured != 0}
 	lo := Tuple{Src: addrOf(k.LoAddr, k.Family), Dst: addrOf(k.HiAddr, k.Family), Sport: htons(k.LoPort), Dport: htons(k.HiPort)}

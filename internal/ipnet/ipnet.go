@@ -1,4 +1,5 @@
-// Package ipnet converts between net/netip values and the net.IPNet the netlink API takes.
+// Package ipnet holds what subsystems share about IP networks: net/netip values converted for
+// the netlink API, interfaces by name, and IP protocol names.
 package ipnet
 
 import (
@@ -26,4 +27,22 @@ func Interface(name string) (*net.Interface, error) {
 		return nil, fmt.Errorf("interface %q: no such network interface", name)
 	}
 	return ifc, nil
+}
+
+// Protocols are the IP protocol numbers by the names every subsystem prints and accepts (as
+// /etc/protocols, lowercase; ipv6-icmp is icmpv6's other name).
+var Protocols = map[string]uint8{"icmp": 1, "tcp": 6, "udp": 17, "gre": 47, "esp": 50, "icmpv6": 58, "ipv6-icmp": 58, "sctp": 132}
+
+// ProtoName is protocol p's name ("tcp"), or its number when it has none here.
+func ProtoName(p uint8) string {
+	best := ""
+	for name, n := range Protocols {
+		if n == p && (best == "" || len(name) < len(best)) { // icmpv6, not ipv6-icmp
+			best = name
+		}
+	}
+	if best == "" {
+		return fmt.Sprint(p)
+	}
+	return best
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/cli"
+	"github.com/flowplane/flowplane/internal/ipnet"
 	"github.com/flowplane/flowplane/internal/units"
 )
 
@@ -271,7 +272,7 @@ func printStatus(w io.Writer, st *Status) {
 			if f.Occupancy >= 0 {
 				occ = fmt.Sprintf("%d%%", f.Occupancy)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%d\t%s\t%d\t%d\n", f.Src, f.Dst, f.Proto, f.Class, f.Backlog, occ, f.Bytes, f.BandChanges)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\n", f.Src, f.Dst, ipnet.ProtoName(f.Proto), f.Class, f.Backlog, occ, f.Bytes, f.BandChanges)
 		}
 		tw.Flush()
 		fmt.Fprintf(w, "  counters: %s\n", counterLine(r.Counters, routerCounterNames))
