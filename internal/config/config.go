@@ -124,6 +124,23 @@ func (c *Collector) Scalar(v *yaml.Node, field string) (string, bool) {
 	return v.Value, true
 }
 
+// Bool returns v as a boolean: true, yes or on; false, no or off (any case). Anything else
+// (1, t, maybe) is recorded as an error.
+func (c *Collector) Bool(v *yaml.Node, field string) (bool, bool) {
+	s, ok := c.Scalar(v, field)
+	if !ok {
+		return false, false
+	}
+	switch strings.ToLower(s) {
+	case "true", "yes", "on":
+		return true, true
+	case "false", "no", "off":
+		return false, true
+	}
+	c.Add(v.Line, field, "%q is not true or false", s)
+	return false, false
+}
+
 // HasKey reports whether mapping v has key.
 func HasKey(v *yaml.Node, key string) bool {
 	for i := 0; i+1 < len(v.Content); i += 2 {

@@ -102,18 +102,6 @@ func decodeConfig(file string, data []byte) (*Config, error) {
 	if root == nil {
 		return nil, el.Err()
 	}
-	boolean := func(v *yaml.Node, f string) (bool, bool) {
-		s, ok := el.Scalar(v, f)
-		if !ok {
-			return false, false
-		}
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			el.Add(v.Line, f, "%q is not true or false", s)
-			return false, false
-		}
-		return b, true
-	}
 	list := func(v *yaml.Node, f string, check func(string) error) []string {
 		if v.Kind != yaml.SequenceNode {
 			el.Add(v.Line, f, "must be a list, e.g. [a, b]")
@@ -165,9 +153,9 @@ func decodeConfig(file string, data []byte) (*Config, error) {
 				c.Hook = s
 			}
 		case "liberal":
-			c.Liberal, _ = boolean(v, key)
+			c.Liberal, _ = el.Bool(v, key)
 		case "tcp_loose":
-			if b, ok := boolean(v, key); ok {
+			if b, ok := el.Bool(v, key); ok {
 				c.TCPLoose = &b
 			}
 		case "timeouts":

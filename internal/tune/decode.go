@@ -177,7 +177,7 @@ func decodeProfile(el *config.Collector, v *yaml.Node, field string, p *Profile,
 				set(SetInitRwnd)
 			}
 		case "ecn":
-			if b, ok := d.boolean(kv, f); ok {
+			if b, ok := d.el.Bool(kv, f); ok {
 				p.ECN = b
 				if b {
 					set(SetECN)
@@ -268,7 +268,7 @@ func decodeProfile(el *config.Collector, v *yaml.Node, field string, p *Profile,
 				set(SetNotsentLowat)
 			}
 		case "nodelay":
-			if b, ok := d.boolean(kv, f); ok {
+			if b, ok := d.el.Bool(kv, f); ok {
 				p.Nodelay = b
 				set(SetNodelay)
 			}
@@ -379,21 +379,6 @@ func (d *dec) count(v *yaml.Node, f string, lo, hi uint64, unit string) (uint32,
 		return 0, false
 	}
 	return uint32(n), true
-}
-
-func (d *dec) boolean(v *yaml.Node, f string) (bool, bool) {
-	s, ok := d.el.Scalar(v, f)
-	if !ok {
-		return false, false
-	}
-	switch strings.ToLower(s) {
-	case "true", "yes", "on":
-		return true, true
-	case "false", "no", "off":
-		return false, true
-	}
-	d.el.Add(v.Line, f, "%q is not true or false", s)
-	return false, false
 }
 
 var byteRE = regexp.MustCompile(`^([0-9]+)\s*([a-z]*)$`)
