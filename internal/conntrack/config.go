@@ -177,9 +177,12 @@ func decodeConfig(file string, data []byte) (*Config, error) {
 					return
 				}
 				c.Allow.Prefixes = list(av, f, func(s string) error {
-					_, err := netip.ParsePrefix(s)
+					p, err := netip.ParsePrefix(s)
 					if err != nil {
 						return fmt.Errorf("%q is not a prefix; write e.g. 198.18.1.0/24 or fd00::/64", s)
+					}
+					if p != p.Masked() { // as ip route: a typo, or an address meant as /32
+						return fmt.Errorf("%s has host bits set; write %s (the network) or %s/%d (the address)", s, p.Masked(), p.Addr(), p.Addr().BitLen())
 					}
 					return nil
 				})

@@ -64,6 +64,9 @@ func TestDecodeConfigErrors(t *testing.T) {
 			`ct.yaml:2: allow.ports[2]: allowed port "icmp/3": ICMP has no port`,
 			"ct.yaml:3: allow.prefixes: must be a list"}},
 		{"bad prefix", "allow: {prefixes: [198.18.0.0/33]}\n", []string{`ct.yaml:1: allow.prefixes[0]: "198.18.0.0/33" is not a prefix`}},
+		{"host bits", "allow: {prefixes: [198.18.1.5/24, fd00::1/64]}\n", []string{
+			"ct.yaml:1: allow.prefixes[0]: 198.18.1.5/24 has host bits set; write 198.18.1.0/24 (the network) or 198.18.1.5/32 (the address)",
+			"ct.yaml:1: allow.prefixes[1]: fd00::1/64 has host bits set; write fd00::/64"}},
 		{"table", "table: {confirmed: 0, unconfirmed: lots}\n", []string{
 			`ct.yaml:1: table.confirmed: "0" is not a table size`,
 			`ct.yaml:1: table.unconfirmed: "lots" is not a table size`}},
