@@ -297,8 +297,8 @@ func printStatus(out io.Writer, s *Status) error {
 			im   *Impairment
 			c    RelayCounters
 		}{{l.A + " → " + l.B, l.AToB, l.Relay.AToB}, {l.B + " → " + l.A, l.BToA, l.Relay.BToA}} {
-			im := fmt.Sprintf("delay %s ± %s %s, reorder %g%%, duplicate %g%%, corrupt %g%%, loss %s", d.im.Delay, d.im.Jitter,
-				d.im.Distribution, d.im.Reorder, d.im.Duplicate, d.im.Corrupt, d.im.LossModel)
+			im := fmt.Sprintf("delay %s ± %s %s, reorder %s, duplicate %s, corrupt %s, loss %s", d.im.Delay, d.im.Jitter,
+				d.im.Distribution, percent(d.im.Reorder), percent(d.im.Duplicate), percent(d.im.Corrupt), d.im.LossModel)
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", l.Relay.Netns, d.name, im, state, l.Relay.Restarts, pid,
 				d.c.RxPackets, d.c.TxPackets, d.c.Delayed, d.c.Lost, d.c.Duplicated, d.c.Reordered, d.c.Corrupted, d.c.Overflow, d.c.Queue)
 		}
@@ -310,8 +310,11 @@ func percentOrDash(p float64) string {
 	if p == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%g%%", p)
+	return percent(p)
 }
+
+// percent is p% to 4 significant digits: a derived loss (a gemodel's average) reads 3.846%.
+func percent(p float64) string { return strconv.FormatFloat(p, 'g', 4, 64) + "%" }
 
 // relayWarnings says which links' relays no longer relay and will not again by themselves.
 func relayWarnings(s *Status) []string {

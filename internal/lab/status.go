@@ -77,7 +77,7 @@ func impairmentStatus(ifc *topo.Iface) *Impairment {
 	im := &Impairment{Delay: e.Delay.String(), Jitter: e.Jitter.String(), Distribution: string(e.Distribution),
 		Reorder: e.Reorder, Duplicate: e.Duplicate, Corrupt: e.Corrupt, LossModel: "random"}
 	if g := ifc.LossGE; g != nil {
-		im.LossModel = fmt.Sprintf("gemodel %g%% %g%% %g%% %g%%", 100*g.P, 100*g.R, 100*g.LossBad, 100*g.LossGood)
+		im.LossModel = fmt.Sprintf("gemodel %s %s %s %s", percent(100*g.P), percent(100*g.R), percent(100*g.LossBad), percent(100*g.LossGood))
 	}
 	return im
 }
