@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -54,7 +55,11 @@ func upCmd() *cobra.Command {
 			if err := rlimit.RemoveMemlock(); err != nil {
 				return fmt.Errorf("remove memlock limit: %w", err)
 			}
-			l, err := Up(file, data, t)
+			abs, err := filepath.Abs(file) // status and list name the file from anywhere
+			if err != nil {
+				return err
+			}
+			l, err := Up(abs, data, t)
 			if errors.Is(err, ErrExists) {
 				// Up again from the same file: bring back what is down (the relays).
 				return repair(cmd, t.Name, data)
