@@ -58,7 +58,7 @@ type node struct {
 
 func (n node) String() string { return strings.Join(n.path, " ") }
 
-// walk lists every command under root (help and completion are cobra's, not ours).
+// walk lists every command under root but help and completion (plumbing, not subsystems).
 func walk(root *cobra.Command) []node {
 	var out []node
 	var visit func(c *cobra.Command, path []string)

@@ -387,17 +387,12 @@ func decodeProtocols(d *dec, v *yaml.Node) []string {
 }
 
 func protocolNumber(s string) (uint8, error) {
-	if n, ok := ipnet.Protocols[s]; ok {
+	if n, ok := ipnet.ProtoNumber(s); ok {
 		return n, nil
 	}
 	n, err := strconv.ParseUint(s, 10, 8)
 	if err != nil {
-		names := make([]string, 0, len(ipnet.Protocols))
-		for k := range ipnet.Protocols {
-			names = append(names, k)
-		}
-		slices.Sort(names)
-		return 0, fmt.Errorf("%q is not an IP protocol: give a number 0-255 or one of %s", s, strings.Join(names, ", "))
+		return 0, fmt.Errorf("%q is not an IP protocol: give a number 0-255 or one of %s", s, strings.Join(ipnet.ProtoNameList(), ", "))
 	}
 	return uint8(n), nil
 }

@@ -140,10 +140,14 @@ func usageIf(err error, usage []error) error {
 	return err
 }
 
-// Count is "1 link", "2 links": n and the noun, plural with an s unless n is 1.
-func Count(n int, noun string) string {
-	if n == 1 {
+// Count is "1 link", "2 links": n and the noun, plural with an s unless n is 1, or the
+// plural given ("leaves").
+func Count(n int, noun string, plural ...string) string {
+	switch {
+	case n == 1:
 		return "1 " + noun
+	case len(plural) > 0:
+		return fmt.Sprintf("%d %s", n, plural[0])
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
 }

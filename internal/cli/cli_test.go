@@ -146,4 +146,7 @@ func TestCount(t *testing.T) {
 			t.Errorf("Count(%d) = %q, want %q", n, got, want)
 		}
 	}
+	if got := Count(4, "leaf", "leaves"); got != "4 leaves" {
+		t.Errorf("Count(4, leaf) = %q", got)
+	}
 }

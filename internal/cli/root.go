@@ -33,7 +33,9 @@ func Root(use, short string, subcommands ...*cobra.Command) *cobra.Command {
 	root.SetHelpCommand(helpCommand())
 	root.AddCommand(subcommands...)
 	// Cobra adds its completion command when the tree runs; added here, the checks below
-	// cover it too (an unknown shell was help and exit 0, an extra argument exit 1).
+	// cover it too (an unknown shell was help and exit 0, an extra argument exit 1). Its shell
+	// commands write to stdout whatever a later SetOut says: cobra takes the writer as it
+	// builds them.
 	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {
 		if c.Name() == "completion" {
@@ -50,13 +52,16 @@ func Root(use, short string, subcommands ...*cobra.Command) *cobra.Command {
 // error (cobra's printed the usage and exited 0).
 func helpCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "help [COMMAND]...",
-		Short: "Help about any command",
+		Use:                   "help [COMMAND]...",
+		Short:                 "Help about any command",
+		DisableFlagsInUseLine: true,
 		RunE: func(c *cobra.Command, args []string) error {
 			cmd, rest, err := c.Root().Find(args)
 			if err != nil || len(rest) > 0 {
 				return Usagef("help: no command %q; run %s help for the list", strings.Join(args, " "), c.Root().Name())
 			}
+			cmd.InitDefaultHelpFlag() // as --help shows it, -h listed
+			cmd.InitDefaultVersionFlag()
 			return cmd.Help()
 		},
 		ValidArgsFunction: func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {

@@ -183,7 +183,7 @@ func (t Tuple) String(proto string) string {
 // String formats e as conntrack -L does.
 func (e Entry) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-6s %d %d ", e.Proto, ipnet.Protocols[e.Proto], int(e.Timeout))
+	fmt.Fprintf(&b, "%-6s %d %d ", e.Proto, protoNumber(e.Proto), int(e.Timeout))
 	if e.Proto == "tcp" {
 		b.WriteString(e.State + " ")
 	}

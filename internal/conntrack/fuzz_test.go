@@ -8,7 +8,6 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
-	"github.com/flowplane/flowplane/internal/ipnet"
 	"github.com/flowplane/flowplane/internal/packet"
 	"github.com/flowplane/flowplane/internal/progrun"
 )
@@ -278,7 +277,7 @@ func opened(t *testing.T, frame []byte, es []Entry) {
 	if fl.echo {
 		sport, dport = e.Orig.ID, e.Orig.ID
 	}
-	if ipnet.Protocols[e.Proto] != fl.proto || e.Orig.Src != fl.src || e.Orig.Dst != fl.dst || sport != fl.sport || dport != fl.dport {
+	if protoNumber(e.Proto) != fl.proto || e.Orig.Src != fl.src || e.Orig.Dst != fl.dst || sport != fl.sport || dport != fl.dport {
 		t.Fatalf("entry %+v, gopacket %+v\n%x", e, fl, frame)
 	}
 	if e.SeenReply || e.Confirmed {
@@ -294,7 +293,7 @@ func unsolicited(frame []byte, es []Entry) string {
 		return "gopacket does not read it as a trackable packet"
 	}
 	for _, e := range es {
-		if ipnet.Protocols[e.Proto] != fl.proto && !fl.icmpErr {
+		if protoNumber(e.Proto) != fl.proto && !fl.icmpErr {
 			continue
 		}
 		for _, tu := range []Tuple{e.Orig, e.Reply} {

@@ -124,6 +124,12 @@ type Entry struct {
 
 var tcpStateNames = []string{"NONE", "SYN_SENT", "SYN_RECV", "ESTABLISHED", "FIN_WAIT", "CLOSE_WAIT", "LAST_ACK", "TIME_WAIT", "CLOSE", "SYN_SENT2"}
 
+// protoNumber is the number of a protocol name toEntry gave (0 for none).
+func protoNumber(name string) uint8 {
+	p, _ := ipnet.ProtoNumber(name)
+	return p
+}
+
 func toEntry(k ctCtKey, v ctCtEntry, confirmed bool, now uint64) Entry {
 	e := Entry{Proto: ipnet.ProtoName(k.Proto), Confirmed: confirmed, key: k, raw: v,
 		Packets: v.Packets, Bytes: v.Bytes,

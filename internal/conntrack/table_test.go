@@ -228,7 +228,12 @@ func TestEvents(t *testing.T) {
 	defer cancel()
 	evs := make(chan Event, 32)
 	done := make(chan error, 1)
-	f.run(udp(true, 4999, 53), f.in.Index) // before the reader opens: not reported (conntrack -E)
+	// Before the reader opens: a connection made and flushed, its NEW and DESTROY not reported
+	// (conntrack -E shows only what happens after it starts).
+	f.run(udp(true, 4999, 53), f.in.Index)
+	if n, err := f.tables.Flush(); err != nil || n != 1 {
+		t.Fatalf("flush before the reader: %d, %v; want 1 entry", n, err)
+	}
 	opened := time.Now()
 	r, err := OpenEvents(f.tables)
 	if err != nil {

@@ -4,8 +4,11 @@ package ipnet
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
+	"strconv"
 )
 
 // FromPrefix keeps the address bits (an interface address, not only its network).
@@ -29,20 +32,36 @@ func Interface(name string) (*net.Interface, error) {
 	return ifc, nil
 }
 
-// Protocols are the IP protocol numbers by the names every subsystem prints and accepts (as
-// /etc/protocols, lowercase; ipv6-icmp is icmpv6's other name).
-var Protocols = map[string]uint8{"icmp": 1, "tcp": 6, "udp": 17, "gre": 47, "esp": 50, "icmpv6": 58, "ipv6-icmp": 58, "sctp": 132}
+// protoNames are the IP protocols every subsystem prints and accepts by name (as
+// /etc/protocols, lowercase); protoAliases their other names.
+var (
+	protoNames   = map[uint8]string{1: "icmp", 6: "tcp", 17: "udp", 47: "gre", 50: "esp", 58: "icmpv6", 132: "sctp"}
+	protoAliases = map[string]uint8{"ipv6-icmp": 58}
+)
 
 // ProtoName is protocol p's name ("tcp"), or its number when it has none here.
 func ProtoName(p uint8) string {
-	best := ""
-	for name, n := range Protocols {
-		if n == p && (best == "" || len(name) < len(best)) { // icmpv6, not ipv6-icmp
-			best = name
+	if n, ok := protoNames[p]; ok {
+		return n
+	}
+	return strconv.Itoa(int(p))
+}
+
+// ProtoNumber is the number of the protocol called name.
+func ProtoNumber(name string) (uint8, bool) {
+	for p, n := range protoNames {
+		if n == name {
+			return p, true
 		}
 	}
-	if best == "" {
-		return fmt.Sprint(p)
-	}
-	return best
+	p, ok := protoAliases[name]
+	return p, ok
+}
+
+// ProtoNameList is every name ProtoNumber knows, sorted.
+func ProtoNameList() []string {
+	out := slices.Collect(maps.Values(protoNames))
+	out = append(out, slices.Collect(maps.Keys(protoAliases))...)
+	slices.Sort(out)
+	return out
 }

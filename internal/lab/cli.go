@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -55,11 +54,7 @@ func upCmd() *cobra.Command {
 			if err := rlimit.RemoveMemlock(); err != nil {
 				return fmt.Errorf("remove memlock limit: %w", err)
 			}
-			abs, err := filepath.Abs(file) // status and list name the file from anywhere
-			if err != nil {
-				return err
-			}
-			l, err := Up(abs, data, t)
+			l, err := Up(file, data, t)
 			if errors.Is(err, ErrExists) {
 				// Up again from the same file: bring back what is down (the relays).
 				return repair(cmd, t.Name, data)
@@ -134,7 +129,7 @@ func downCmd() *cobra.Command {
 			case len(names) == 0:
 				fmt.Fprintln(out, "lab: no lab was running")
 			default:
-				fmt.Fprintf(out, "lab: %d of %d lab(s) down: %s\n", len(down), len(names), strings.Join(down, ", "))
+				fmt.Fprintf(out, "lab: %d of %s down: %s\n", len(down), cli.Count(len(names), "lab"), strings.Join(down, ", "))
 			}
 			return errors.Join(errs...)
 		},

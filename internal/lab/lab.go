@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -77,6 +78,9 @@ func Up(file string, data []byte, t *topo.Topology) (*Lab, error) {
 		return nil, fmt.Errorf("lab %q: %w; `flowplane lab down %s` removes it", t.Name, ErrExists, t.Name)
 	}
 	// The record goes first: if we die half-way, `lab down` still knows what to remove.
+	if abs, err := filepath.Abs(file); err == nil {
+		file = abs // status and list name the file wherever they run
+	}
 	rec := record{Name: t.Name, File: file, YAML: string(data), Created: time.Now().UTC().Truncate(time.Second)}
 	if err := runstate.Save(subsystem, rec.Name, rec); err != nil {
 		return nil, err

@@ -100,7 +100,7 @@ func (a *hostApply) run(cmd *cobra.Command) error {
 			when = fmt.Sprintf("on changes at most every %v, at least every %v", p.MinInterval, p.Refresh)
 		}
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "prio host: %s %q on %s, %d selector(s), the option written %s\n", verb, a.name, cgroup.HostPath(path), len(p.Advertise), when)
+	fmt.Fprintf(cmd.OutOrStdout(), "prio host: %s %q on %s, %s, the option written %s\n", verb, a.name, cgroup.HostPath(path), cli.Count(len(p.Advertise), "selector"), when)
 	return nil
 }
 
@@ -163,9 +163,13 @@ const (
 )
 
 // routerApply is `prio router apply`'s flags and action.
-type routerApply struct{ dev, rate, file string }
+type routerApply struct {
+	dev, rate, file string
+	legacy          bool // the deprecated bare form: --policy, not --config
+}
 
 func (a *routerApply) flags(cmd *cobra.Command, legacy bool) {
+	a.legacy = legacy
 	f := cmd.Flags()
 	f.StringVar(&a.dev, "dev", "", "the bottleneck interface (its egress is shaped)")
 	f.StringVar(&a.rate, "rate", "", "the bottleneck's rate, e.g. 100mbit")
@@ -182,7 +186,7 @@ func (a *routerApply) flags(cmd *cobra.Command, legacy bool) {
 
 func (a *routerApply) run(cmd *cobra.Command) error {
 	if a.dev == "" || a.rate == "" || a.file == "" {
-		if cmd.Flags().Lookup("config") == nil { // the deprecated bare form takes --policy
+		if a.legacy {
 			return cli.Usagef("%s needs --dev, --rate and --policy; usage: %s", cmd.CommandPath(), routerLegacy)
 		}
 		return cli.Usagef("%s needs --dev, --rate and --config; usage: %s", cmd.CommandPath(), routerApplyUse)
@@ -206,7 +210,7 @@ func (a *routerApply) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "prio router: %s scheme %s on %s at %s, %d band(s) × %d leaves\n", verb, p.Scheme, a.dev, units.FormatRate(bps), p.Bands(), p.Leaves)
+	fmt.Fprintf(cmd.OutOrStdout(), "prio router: %s scheme %s on %s at %s, %s × %s\n", verb, p.Scheme, a.dev, units.FormatRate(bps), cli.Count(p.Bands(), "band"), cli.Count(p.Leaves, "leaf", "leaves"))
 	return nil
 }
 
@@ -255,7 +259,7 @@ func printStatus(w io.Writer, st *Status) {
 		return
 	}
 	for _, r := range st.Routers {
-		fmt.Fprintf(w, "router %s: %s at %s, %d band(s) × %d leaves (%s)\n", r.Dev, r.Scheme, units.FormatRate(r.Rate), r.Bands, r.Leaves, r.File)
+		fmt.Fprintf(w, "router %s: %s at %s, %s × %s (%s)\n", r.Dev, r.Scheme, units.FormatRate(r.Rate), cli.Count(r.Bands, "band"), cli.Count(r.Leaves, "leaf", "leaves"), r.File)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  class\tband\tleaf\tpackets\tbytes\tdrops\tqueued")
 		for _, c := range r.Classes {

@@ -299,7 +299,7 @@ func TestHostCLI(t *testing.T) {
 	t.Cleanup(func() { _ = RemoveHost(name) })
 	for _, verb := range []string{"applied", "replaced"} {
 		out, err := runCLI("host", "apply", "--cgroup", cg, "--config", "../../examples/prio-host.yaml", "--name", name)
-		want := "prio host: " + verb + " \"" + name + "\" on " + cgroup.HostPath(cg) + ", 1 selector(s)"
+		want := "prio host: " + verb + " \"" + name + "\" on " + cgroup.HostPath(cg) + ", 1 selector"
 		if err != nil || !strings.HasPrefix(out, want) || strings.Count(out, "\n") != 1 {
 			t.Errorf("host apply: %v, %q; want one line %q…", err, out, want)
 		}

@@ -258,8 +258,7 @@ func PyVersion(describe string) (string, error) {
 // Docs returns the man pages (man/man1/flowplane[-…].1, every available command: hidden and
 // deprecated ones left out) and the shell completions (completions/), dated by the commit.
 func Docs(info Info) ([]entry, error) {
-	root := commands.Root()
-	root.InitDefaultCompletionCmd()
+	root := commands.Root() // completion included (internal/cli.Root)
 	date := info.Time
 	header := doc.GenManHeader{Section: "1", Date: &date, Source: "flowplane " + info.Version, Manual: "flowplane manual"}
 	var out []entry

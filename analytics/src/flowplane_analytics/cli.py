@@ -433,8 +433,8 @@ def _reading(a: argparse.Namespace, src: engine.Source) -> Iterator[None]:
     --skip-bad-files have the command run again without it; else re-raise."""
     try:
         yield
-    except (UsageError, OSError, KeyboardInterrupt):
-        raise
+    except (UsageError, OSError, KeyboardInterrupt, _duckdb_out_of_memory()):
+        raise  # out of memory: no file to blame, and checking every one would take long
     except Exception as e:
         if not src.local:
             raise
@@ -752,9 +752,12 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
             df = engine.execute_by_periods(
                 con, ds, lambda d: metrics.loss(d, members, aliases), a.batch_periods
             )
+            df = output.readable_order(df)  # the alarms below in the table's order
             alarms = df[df["alarm"] != ""]
             miss = (
-                engine.execute(con, metrics.missing_points(ds, members, aliases))
+                output.readable_order(
+                    engine.execute(con, metrics.missing_points(ds, members, aliases))
+                )
                 if len(alarms)
                 else None
             )
@@ -874,7 +877,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif isinstance(e, _duckdb_out_of_memory()):  # under --memory-limit
             print(
                 f"flowplane-analytics: DuckDB ran out of memory ({engine.short_error(e)}); "
-                "raise --memory-limit, or query fewer periods at once (--batch-periods N)",
+                "give --temp-dir DIR to spill to disk, raise --memory-limit or lower --threads "
+                "(loss and delay: or fewer periods per query, --batch-periods N)",
                 file=sys.stderr,
             )
         else:

@@ -164,9 +164,10 @@ def _load_graphml(file: str, path: Path) -> Network:
     # networkx reads an <edge> without a source or target as one to a node called "None"
     for e in ElementTree.parse(path).iter():
         if e.tag.rpartition("}")[2] == "edge" and not (e.get("source") and e.get("target")):
+            given = " ".join(f'{k}="{v}"' for k, v in e.attrib.items())
+            lacks = " and ".join(k for k in ("source", "target") if not e.get(k))
             raise TopologyError(
-                f"{file}: <edge source={e.get('source')!r} target={e.get('target')!r}>: "
-                "give every edge a source and a target"
+                f"{file}: <edge {given}> has no {lacks}; give every edge a source and a target"
             )
     return graph_network([(str(a), str(b)) for a, b in g.edges()], name=path.stem)
 
