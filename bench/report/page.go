@@ -51,7 +51,7 @@ var Benches = []Bench{
 		"altmark.md#cost-per-packet-benchmark", "a few seconds"},
 	{"analytics", "DuckDB and Spark at scale",
 		"Loss and delay over synthetic records of 102 measurement points × 1,000 periods at 10⁶ and 10⁷ samples (10⁸ with `BENCH_PACKETS=23,230,2300`), on DuckDB, on Spark local mode and on a 2-worker Spark standalone cluster, after compaction.",
-		"altmark-analytics.md#benchmark", "about 10 min once its datasets exist; the first run generates and compacts them: about 4 min for 10⁶ samples, 9 min for 10⁷, over an hour for 10⁸"},
+		"altmark-analytics.md#benchmark", "about 3 min at the default sizes, 10 min with 10⁸, once the datasets exist; generating and compacting a dataset takes a few minutes"},
 	{"collect", "collecting from many probes",
 		"`flowplane-analytics collect` against 100 real probe processes, into a directory and into an S3-compatible server: records and rows per second and the collector's peak memory, then a second run that fetches nothing.",
 		"altmark-analytics.md#collect", "about 5 min"},
