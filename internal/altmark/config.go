@@ -2,6 +2,7 @@ package altmark
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/flowplane/flowplane/internal/config"
 	"github.com/flowplane/flowplane/internal/ipnet"
+	"github.com/flowplane/flowplane/internal/units"
 )
 
 // Config is the probe's configuration file, and the body of the REST API's GET/PUT /config:
@@ -484,7 +486,11 @@ func (d *dec) duration(v *yaml.Node, f string, lo, hi time.Duration) (time.Durat
 	if !ok {
 		return 0, false
 	}
-	dur, err := time.ParseDuration(s)
+	dur, err := units.ParseDuration(s)
+	if errors.Is(err, units.ErrDurationRange) {
+		d.el.Add(v.Line, f, "%q is outside %v to %v", s, lo, hi)
+		return 0, false
+	}
 	if err != nil {
 		d.el.Add(v.Line, f, "%q is not a duration; write e.g. 1s or 500ms", s)
 		return 0, false

@@ -70,6 +70,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	}{
 		{"interfaces: [{name: eth0}]\ncarrier: dscp\nperiod: 5ms\n", []string{"period"}},
 		{"interfaces: [{name: eth0}]\ncarrier: dscp\nperiod: soon\n", []string{"period"}},
+		{"interfaces: [{name: eth0}]\ncarrier: dscp\nperiod: 3000000h\n", []string{"period"}},
 		{"interfaces: [{name: eth0, direction: sideways}]\ncarrier: dscp\n", []string{"interfaces[0].direction"}},
 		{"interfaces: [{name: eth0}, {name: eth0}]\ncarrier: dscp\n", []string{"interfaces[1].name"}},
 		{"interfaces: [{direction: in}]\ncarrier: dscp\n", []string{"interfaces[0].name"}},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flowplane/flowplane/internal/config"
+	"github.com/flowplane/flowplane/internal/units"
 	"gopkg.in/yaml.v3"
 )
 
@@ -237,8 +238,10 @@ func checkTimeout(name, val string) (time.Duration, error) {
 		return 0, fmt.Errorf("unknown timeout %q (known: %s)", name, strings.Join(timeoutNames, ", "))
 	}
 	const most = time.Duration(1<<32-1) * time.Second // the BPF table holds seconds in 32 bits
-	d, err := time.ParseDuration(val)
-	if err != nil {
+	d, err := units.ParseDuration(val)
+	if errors.Is(err, units.ErrDurationRange) {
+		d = most + time.Second // reported as too long below
+	} else if err != nil {
 		n, err2 := strconv.ParseUint(val, 10, 64) // a bare number is seconds
 		switch {
 		case errors.Is(err2, strconv.ErrRange) || err2 == nil && n > uint64(most/time.Second):

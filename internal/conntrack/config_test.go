@@ -52,12 +52,13 @@ func TestDecodeConfigErrors(t *testing.T) {
 			"ct.yaml:2: timeouts.tcp_established: timeout tcp_established=1.5s: must be a whole number of seconds",
 			`ct.yaml:3: timeouts.tcp_nope: unknown key "tcp_nope"`}},
 		{"timeout range", "timeouts:\n  tcp_close: 99999999999\n  tcp_syn_sent: -5s\n  tcp_fin_wait: 2000000h\n" +
-			"  udp_stream: soon\n  icmp: 999999999999999999999\n", []string{
+			"  udp_stream: soon\n  icmp: 999999999999999999999\n  udp_unreplied: 3000000h\n", []string{
 			"ct.yaml:2: timeouts.tcp_close: timeout tcp_close=99999999999: too long; the most is 4294967295s",
 			"ct.yaml:3: timeouts.tcp_syn_sent: timeout tcp_syn_sent=-5s: too short; the least is 1s",
 			"ct.yaml:4: timeouts.tcp_fin_wait: timeout tcp_fin_wait=2000000h: too long; the most is 4294967295s",
 			"ct.yaml:5: timeouts.udp_stream: timeout udp_stream=soon: not a duration; write e.g. 30s",
-			"ct.yaml:6: timeouts.icmp: timeout icmp=999999999999999999999: too long"}},
+			"ct.yaml:6: timeouts.icmp: timeout icmp=999999999999999999999: too long",
+			"ct.yaml:7: timeouts.udp_unreplied: timeout udp_unreplied=3000000h: too long; the most is 4294967295s"}},
 		{"allow", "allow:\n  ports: [tcp/0, sctp/9, icmp/3]\n  prefixes: 198.18.0.0/15\n", []string{
 			`ct.yaml:2: allow.ports[0]: allowed port "tcp/0": bad port`,
 			`ct.yaml:2: allow.ports[1]: allowed port "sctp/9": want tcp/N, udp/N, icmp or icmpv6`,

@@ -1,6 +1,7 @@
 package prio
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -63,7 +64,11 @@ func duration(el *config.Collector, v *yaml.Node, f string, to *time.Duration, e
 	if !ok {
 		return
 	}
-	d, err := time.ParseDuration(s)
+	d, err := units.ParseDuration(s)
+	if errors.Is(err, units.ErrDurationRange) {
+		el.Add(v.Line, f, "%q is %v", s, err)
+		return
+	}
 	if err != nil || d < 0 {
 		el.Add(v.Line, f, "%q is not a duration; write e.g. %s", s, example)
 		return

@@ -30,6 +30,7 @@ func TestHostPolicy(t *testing.T) {
 		{"advertise: [{remote: 198.18.1.0/33}]\n", "p.yaml:1: advertise[0].remote"},
 		{"advertise: [{}]\nrefresh: often\n", `p.yaml:2: refresh: "often" is not a duration`},
 		{"advertise: [{}]\nrefresh: -1ms\n", `p.yaml:2: refresh: "-1ms" is not a duration`},
+		{"advertise: [{}]\nrefresh: 3000000h\n", `p.yaml:2: refresh: "3000000h" is too long; the most is 2562047h47m16.854775807s`},
 		{"advertise: [{}]\nrefesh: 1ms\n", "p.yaml:2: refesh"},
 		{"advertise: [{}]\nmin_interval: -1ms\n", `p.yaml:2: min_interval: "-1ms" is not a duration`},
 		{"advertise: [{}]\nmin_interval: 2ms\nrefresh: 0\n", "p.yaml:2: min_interval: 2ms with refresh 0"},

@@ -1,6 +1,7 @@
 package topo
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,8 +12,10 @@ import (
 
 // parseDelay reads a one-way delay such as 10ms, at most 10s.
 func parseDelay(s string) (time.Duration, error) {
-	d, err := time.ParseDuration(strings.TrimSpace(s))
-	if err != nil {
+	d, err := units.ParseDuration(strings.TrimSpace(s))
+	if errors.Is(err, units.ErrDurationRange) {
+		d = -1 // out of range below
+	} else if err != nil {
 		return 0, fmt.Errorf("%q is not a duration; write e.g. 10ms or 1.5ms", s)
 	}
 	if d < 0 || d > 10*time.Second {

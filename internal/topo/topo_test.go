@@ -77,6 +77,8 @@ func TestParseBadFiles(t *testing.T) {
 			[]string{`bad.yaml:4: links[0].endpoints[1].delay: "11s" is out of range; a delay is from 0 to 10s`}},
 		{"negative delay", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    delay: -1ms\n",
 			[]string{`bad.yaml:5: links[0].delay: "-1ms" is out of range; a delay is from 0 to 10s`}},
+		{"delay too long for Go", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    delay: 3000000h\n",
+			[]string{`bad.yaml:5: links[0].delay: "3000000h" is out of range; a delay is from 0 to 10s`}},
 		{"bad duplicate", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    duplicate: 101%\n",
 			[]string{`bad.yaml:5: links[0].duplicate: "101%" is out of range; a percentage is from 0 to 100`}},
 		{"gemodel without r", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, b]\n    loss: gemodel 1%\n",

@@ -1,6 +1,7 @@
 package tune
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -422,7 +423,11 @@ func (d *dec) duration(v *yaml.Node, f string, lo, hi time.Duration) (time.Durat
 	if !ok {
 		return 0, false
 	}
-	dur, err := time.ParseDuration(s)
+	dur, err := units.ParseDuration(s)
+	if errors.Is(err, units.ErrDurationRange) {
+		d.el.Add(v.Line, f, "%q is outside the kernel's range %v to %v (CONFIG_HZ=%d)", s, lo, hi, d.k.HZ)
+		return 0, false
+	}
 	if err != nil {
 		ms, err2 := strconv.ParseUint(s, 10, 32)
 		if err2 != nil {

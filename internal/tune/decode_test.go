@@ -117,6 +117,7 @@ func TestParseErrors(t *testing.T) {
 		{"families", "profiles: {a: {}}\nrules:\n  - match: {remote: 10.0.0.0/8, local: fd00::/8}\n    profile: a", "different families"},
 		{"react without action", "profiles: {a: {react: {retransmissions_above: 3}}}\nrules: []", "says when but not what"},
 		{"syn_rto range", "profiles: {a: {syn_rto: 500s}}\nrules: []", "syn_rto: 8m20s is outside"},
+		{"syn_rto too long for Go", "profiles: {a: {syn_rto: 3000000h}}\nrules: []", `syn_rto: "3000000h" is outside`},
 		{"not yaml", "profiles: [", "not valid YAML"},
 		{"empty", "", "the file is empty"},
 		{"missing rules", "profiles: {a: {}}", "rules: missing"},

@@ -1,13 +1,15 @@
 // Package units parses and formats the units of flowplane's configuration files: rates in tc's
-// bit units and percentages.
+// bit units, percentages, sizes and durations.
 package units
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 var rateRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([a-z]*(?:/s)?)$`)
@@ -90,4 +92,20 @@ func ParseSize(s string) (uint64, error) {
 		return 0, fmt.Errorf("%q is too large", s)
 	}
 	return uint64(math.Round(v * mult)), nil
+}
+
+// durationRE is Go's duration grammar (time.ParseDuration): a sign, then numbers with units.
+var durationRE = regexp.MustCompile(`^[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+$`)
+
+// ErrDurationRange: a well-formed duration beyond what time.Duration holds (about 292 years).
+var ErrDurationRange = errors.New("too long; the most is " + time.Duration(math.MaxInt64).String())
+
+// ParseDuration is time.ParseDuration that tells a duration too long to hold (ErrDurationRange,
+// e.g. 3000000h) from one that is not a duration at all, which Go reports alike.
+func ParseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil && durationRE.MatchString(s) {
+		return 0, ErrDurationRange
+	}
+	return d, err
 }

@@ -1,8 +1,10 @@
 package units
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRates(t *testing.T) {
@@ -44,6 +46,40 @@ func TestSizes(t *testing.T) {
 	for _, in := range []string{"", "KB", "1 XB", "-1", "1e3"} {
 		if _, err := ParseSize(in); err == nil {
 			t.Errorf("ParseSize(%q) accepted", in)
+		}
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in      string
+		want    time.Duration
+		tooLong bool
+		bad     bool
+	}{
+		{in: "1.5s", want: 1500 * time.Millisecond},
+		{in: "2h30m", want: 150 * time.Minute},
+		{in: "-1ms", want: -time.Millisecond},
+		{in: "3000000h", tooLong: true},
+		{in: "99999999999999999999ns", tooLong: true},
+		{in: "soon", bad: true},
+		{in: "10", bad: true},
+		{in: "5x", bad: true},
+		{in: "", bad: true},
+	} {
+		d, err := ParseDuration(c.in)
+		switch {
+		case c.tooLong:
+			if !errors.Is(err, ErrDurationRange) {
+				t.Errorf("%q: err %v, want ErrDurationRange", c.in, err)
+			}
+		case c.bad:
+			if err == nil || errors.Is(err, ErrDurationRange) {
+				t.Errorf("%q: err %v, want a syntax error", c.in, err)
+			}
+		case err != nil || d != c.want:
+			t.Errorf("%q = %v, %v; want %v", c.in, d, err, c.want)
 		}
 	}
 }
