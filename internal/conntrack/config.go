@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flowplane/flowplane/internal/config"
+	"github.com/flowplane/flowplane/internal/ipnet"
 	"github.com/flowplane/flowplane/internal/units"
 	"gopkg.in/yaml.v3"
 )
@@ -182,10 +183,7 @@ func decodeConfig(file string, data []byte) (*Config, error) {
 					if err != nil {
 						return fmt.Errorf("%q is not a prefix; write e.g. 198.18.1.0/24 or fd00::/64", s)
 					}
-					if p != p.Masked() { // as ip route: a typo, or an address meant as /32
-						return fmt.Errorf("%s has host bits set; write %s (the network) or %s/%d (the address)", s, p.Masked(), p.Addr(), p.Addr().BitLen())
-					}
-					return nil
+					return ipnet.Network(p)
 				})
 			})
 		case "table":

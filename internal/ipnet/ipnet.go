@@ -16,6 +16,16 @@ func FromPrefix(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
+// Network refuses a prefix with host bits set, as ip route does: 198.18.1.5/24 is a typo or an
+// address meant as /32, and masking it silently would match what the user did not write.
+func Network(p netip.Prefix) error {
+	if p == p.Masked() {
+		return nil
+	}
+	return fmt.Errorf("%s has host bits set; write %s (the network) or %s/%d (the address)",
+		p, p.Masked(), p.Addr(), p.Addr().BitLen())
+}
+
 // Addr converts a net.IP, unmapping IPv4-in-IPv6 forms.
 func Addr(ip net.IP) netip.Addr {
 	a, _ := netip.AddrFromSlice(ip)

@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/flowplane/flowplane/internal/config"
+	"github.com/flowplane/flowplane/internal/ipnet"
 )
 
 // Direction selects active opens (connect), passive ones (accept) or both.
@@ -158,10 +159,11 @@ func Prefixes(el *config.Collector, v *yaml.Node, f string) []netip.Prefix {
 			el.Add(it.Line, f, "%q has a zone; prefixes cannot", s)
 			continue
 		}
-		if pfx.Masked() != pfx {
-			el.Warn(it.Line, f, "%s has host bits set; it means %s", pfx, pfx.Masked())
+		if err := ipnet.Network(pfx); err != nil {
+			el.Add(it.Line, f, "%v", err)
+			continue
 		}
-		out = append(out, pfx.Masked())
+		out = append(out, pfx)
 	}
 	if len(items) == 0 {
 		el.Add(v.Line, f, "empty list; leave the key out to match any address")

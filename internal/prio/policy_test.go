@@ -76,6 +76,7 @@ func TestRouterPolicyErrors(t *testing.T) {
 		{"scheme: occupancy\ntrust: [198.18.0.0/15]\nmove_gap: 2\n", `p.yaml:3: move_gap: "2" is not a duration`},
 		{"scheme: fair\nband_change_interval: -1s\n", `p.yaml:2: band_change_interval: "-1s" is not a duration`},
 		{"scheme: fair\ntrust: [10.0.0.0/33]\n", "p.yaml:2: trust"},
+		{"scheme: fair\ntrust: [198.18.1.5/24]\n", "p.yaml:2: trust: 198.18.1.5/24 has host bits set; write 198.18.1.0/24"},
 	} {
 		_, err := ParseRouterPolicy("p.yaml", []byte(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

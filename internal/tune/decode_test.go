@@ -101,6 +101,7 @@ func TestParseErrors(t *testing.T) {
 		{"ip route ssthresh", "profiles: {a: {ssthresh: 1}}\nrules: []", "closest: cwnd_clamp"},
 		{"ip route features", "profiles: {a: {features: ecn}}\nrules: []", "write ecn: true"},
 		{"ip route mtu", "profiles: {a: {mtu: 1400}}\nrules: []", "closest: mss"},
+		{"host bits", "profiles: {a: {}}\nrules:\n  - {profile: a, match: {remote: [198.18.1.5/24]}}", "p.yaml:3: rules[0].match.remote: 198.18.1.5/24 has host bits set; write 198.18.1.0/24 (the network) or 198.18.1.5/32 (the address)"},
 		{"rto_min below kernel", "profiles:\n  a:\n    rto_min: 1ms\nrules: []", "p.yaml:3: profiles.a.rto_min: 1ms is outside the kernel's range 8ms to 200ms (CONFIG_HZ=250)"},
 		{"rto_min above kernel", "profiles: {a: {rto_min: 300ms}}\nrules: []", "outside the kernel's range 8ms to 200ms"},
 		{"delack range", "profiles: {a: {delack_max: 1s}}\nrules: []", "delack_max: 1s is outside"},
@@ -198,11 +199,12 @@ func TestCompiledTablesAgree(t *testing.T) {
 	// first bytes from a few values, prefixes from /4 on: the program skips the trie for an
 	// address whose first byte no prefix covers (tune_side.octets), which lookup mirrors
 	v4first, v6first := []int{8, 10, 11, 172}, []int{0xfc, 0xfd, 0x20}
-	pfx := func(v4 bool) string {
+	pfx := func(v4 bool) string { // masked: host bits are an error
+		s := fmt.Sprintf("%x00:%x::/%d", v6first[rng.IntN(3)], rng.IntN(4), 5+rng.IntN(31))
 		if v4 {
-			return fmt.Sprintf("%d.%d.%d.0/%d", v4first[rng.IntN(4)], rng.IntN(4), rng.IntN(4), 4+rng.IntN(21))
+			s = fmt.Sprintf("%d.%d.%d.0/%d", v4first[rng.IntN(4)], rng.IntN(4), rng.IntN(4), 4+rng.IntN(21))
 		}
-		return fmt.Sprintf("%x00:%x::/%d", v6first[rng.IntN(3)], rng.IntN(4), 5+rng.IntN(31))
+		return netip.MustParsePrefix(s).Masked().String()
 	}
 	for iter := 0; iter < 40; iter++ {
 		// every fourth policy has no local prefixes, remote prefixes, or neither: the program
