@@ -164,6 +164,8 @@ def test_down_probe_retried_and_reported(tmp_path, probes, capsys):
     assert code == 1
     down = next(r for r in rows if r["url"] == dead)
     assert down["status"].startswith("DOWN") and down["requests"] == 3
+    # the operating system's reason, not urllib3's repr of nested exceptions
+    assert down["status"].endswith("(Connection refused)"), down["status"]
     up = next(r for r in rows if r["url"] == probes[0].url)
     assert up["status"] == "ok" and up["fetched"] == 3
     assert f"probe {dead} failed" in err

@@ -100,7 +100,7 @@ def _get(
         try:
             r = sess.get(src.url + path, headers=headers, timeout=left)
         except requests.RequestException as e:
-            last = f"{type(e).__name__}: {e}"
+            last = _why(e)
         else:
             if r.status_code in (200, 404):
                 return r
@@ -114,7 +114,26 @@ def _get(
             if end is not None and time.monotonic() + pause >= end:
                 raise ProbeError(f"GET {path}: deadline passed ({last})")
             sleep(pause)
-    raise ProbeError(f"GET {path}: no answer after {retries + 1} attempts ({last})")
+    tries = f"{retries + 1} attempts" if retries else "1 attempt"
+    raise ProbeError(f"GET {path}: no answer after {tries} ({last})")
+
+
+def _why(e: requests.RequestException) -> str:
+    """Why a GET got no answer, in a few words: the operating system's reason (Connection
+    refused, Name or service not known) where there is one, not urllib3's nested repr."""
+    if isinstance(e, requests.Timeout):
+        return "timed out"
+    todo: list[object] = [e]
+    seen: set[int] = set()
+    while todo:
+        c = todo.pop(0)
+        if not isinstance(c, BaseException) or id(c) in seen:
+            continue
+        seen.add(id(c))
+        if isinstance(c, OSError) and c.strerror:
+            return str(c.strerror)
+        todo += [getattr(c, "reason", None), *c.args, c.__cause__, c.__context__]
+    return type(e).__name__
 
 
 class _Claims:
