@@ -199,6 +199,12 @@ def test_wrong_table_and_bad_period_directory(ds, tmp_path, capsys):
     d.rename(d.with_name("period=abc"))
     code, _, err = run(["loss", "-d", root, "-t", TOPO], capsys)
     bad_input(code, err, "period=abc is not a period number")
+    # a copy under a name the reader takes for the same period would count it twice
+    root = copy(ds, tmp_path, "z")
+    d = record(root, "counters", "r1", 0).parent
+    shutil.copytree(d, d.with_name("period=00"))
+    code, _, err = run(["loss", "-d", root, "-t", TOPO], capsys)
+    bad_input(code, err, "period=00 is not a probe's name for it (period=0)")
 
 
 @pytest.mark.parametrize(

@@ -146,16 +146,17 @@ def raw_files(root: Path) -> RawFiles:
 
 def check_raw(files: RawFiles) -> list[BadFile]:
     """The raw layout's bad files: unreadable footers, missing columns, period directories not
-    named by a number."""
+    named by a number as probes name them (no sign, no leading zero)."""
     bad = []
     for t in RAW_TABLES:
         what = f"a {t} record of docs/altmark-records.md"
         for p, probe, period in files.files[t]:
             problem = None
-            try:
-                int(period)
-            except ValueError:
+            if not period.isdecimal():
                 problem = f"period={period} is not a period number"
+            elif period != str(int(period)):
+                # read as period int(period): beside the probe's own directory it would count twice
+                problem = f"period={period} is not a probe's name for it (period={int(period)})"
             problem = problem or parquet_problem(p, RAW_COLUMNS[t], what)
             if problem:
                 bad.append(BadFile(str(p), problem, probe, period))
