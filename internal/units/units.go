@@ -101,10 +101,11 @@ var durationRE = regexp.MustCompile(`^[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?
 var ErrDurationRange = errors.New("too long; the most is " + time.Duration(math.MaxInt64).String())
 
 // ParseDuration is time.ParseDuration that tells a duration too long to hold (ErrDurationRange,
-// e.g. 3000000h) from one that is not a duration at all, which Go reports alike.
+// e.g. 3000000h) from one that is not a duration at all, which Go reports alike. A negative one
+// beyond the range stays Go's error: no caller takes a negative duration.
 func ParseDuration(s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
-	if err != nil && durationRE.MatchString(s) {
+	if err != nil && !strings.HasPrefix(s, "-") && durationRE.MatchString(s) {
 		return 0, ErrDurationRange
 	}
 	return d, err
