@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+import requests
 from conftest import DATA, Run
 
 from flowplane_analytics import collect, records, storage, synth
@@ -169,6 +170,30 @@ def test_down_probe_retried_and_reported(tmp_path, probes, capsys):
     up = next(r for r in rows if r["url"] == probes[0].url)
     assert up["status"] == "ok" and up["fetched"] == 3
     assert f"probe {dead} failed" in err
+
+
+def test_down_reason_is_short_and_says_what_happened():
+    """Each way a GET gets no answer is named in a few words, none as an empty class name."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+
+    def hang_up() -> None:  # accept, read the request, close without an answer
+        c, _ = srv.accept()
+        c.recv(4096)
+        c.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    reasons = {}
+    for name, url in (("hung up", f"http://127.0.0.1:{port}/"), ("scheme", "nope://x/")):
+        try:
+            requests.get(url, timeout=5)
+        except requests.RequestException as e:
+            reasons[name] = collect._why(e)
+    srv.close()
+    assert reasons["hung up"] == "Remote end closed connection without response", reasons
+    assert reasons["scheme"].startswith("InvalidSchema: No connection adapters"), reasons
 
 
 def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:

@@ -119,8 +119,9 @@ def _get(
 
 
 def _why(e: requests.RequestException) -> str:
-    """Why a GET got no answer, in a few words: the operating system's reason (Connection
-    refused, Name or service not known) where there is one, not urllib3's nested repr."""
+    """Why a GET got no answer, in a few words: the innermost socket error's reason (Connection
+    refused, Name or service not known, Remote end closed connection without response) where
+    there is one, not urllib3's nested repr; else the exception as requests words it."""
     if isinstance(e, requests.Timeout):
         return "timed out"
     todo: list[object] = [e]
@@ -130,10 +131,13 @@ def _why(e: requests.RequestException) -> str:
         if not isinstance(c, BaseException) or id(c) in seen:
             continue
         seen.add(id(c))
-        if isinstance(c, OSError) and c.strerror:
-            return str(c.strerror)
+        if isinstance(c, OSError) and not isinstance(c, requests.RequestException):
+            if c.strerror:
+                return str(c.strerror)
+            if str(c):  # e.g. http.client.RemoteDisconnected: a message, no errno
+                return str(c)
         todo += [getattr(c, "reason", None), *c.args, c.__cause__, c.__context__]
-    return type(e).__name__
+    return f"{type(e).__name__}: {e}"
 
 
 class _Claims:
