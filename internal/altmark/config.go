@@ -416,7 +416,11 @@ func decodeBackbone(d *dec, v *yaml.Node) []string {
 			d.el.Add(pv.Line, f, "%q is not an IPv4 prefix (the ipv4-flag carrier is IPv4 only), e.g. 198.18.0.0/24", s)
 			continue
 		}
-		out = append(out, p.Masked().String())
+		if err := ipnet.Network(p); err != nil { // as the marker's backbone (internal/match)
+			d.el.Add(pv.Line, f, "%v", err)
+			continue
+		}
+		out = append(out, p.String())
 	}
 	return out
 }

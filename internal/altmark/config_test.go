@@ -83,6 +83,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"interfaces: [{name: eth0}]\ncarrier: ipv6-altmark\ndscp_bits: [0, 1]\n", []string{"dscp_bits"}},
 		{"interfaces: [{name: eth0}]\ncarrier: dscp\nbackbone: [198.18.0.0/24]\n", []string{"backbone"}},
 		{"interfaces: [{name: eth0}]\ncarrier: ipv4-flag\nbackbone: [fd00::/8]\n", []string{"backbone[0]"}},
+		{"interfaces: [{name: eth0}]\ncarrier: ipv4-flag\nbackbone: [198.18.0.0/24, 198.18.1.5/24]\n", []string{"backbone[1]"}},
 		{"interfaces: [{name: eth0}]\ncarrier: dscp\nstart_color: 2\n", []string{"start_color"}},
 		{"interfaces: [{name: eth0}]\ncarrier: dscp\nhash_ref: 0x100000000\n", []string{"hash_ref"}},
 		{"interfaces: [{name: eth0}]\ncarrier: dscp\nhash_bits: 33\n", []string{"hash_bits"}},

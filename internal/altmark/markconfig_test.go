@@ -93,6 +93,7 @@ func TestMarkConfigErrorsNameTheField(t *testing.T) {
 		{"carrier: dscp\nbackbone: [198.18.0.0/24]\n", []string{"backbone"}},
 		{"carrier: ipv4-flag\nbackbone: [fd00::/8]\n", []string{"backbone"}},
 		{"carrier: ipv4-flag\nbackbone: [nowhere]\n", []string{"backbone"}},
+		{"carrier: ipv4-flag\nbackbone: [198.18.1.5/24]\n", []string{"backbone"}},
 		{"carrier: dscp\nselect: {dst: [300.1.1.1/8]}\n", []string{"select.dst"}},
 		{"carrier: dscp\nselect: {protocols: [tcp, quic]}\n", []string{"select.protocols[1]"}},
 		{"carrier: dscp\nselect: {protocols: []}\n", []string{"select.protocols"}},
