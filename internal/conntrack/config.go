@@ -315,10 +315,13 @@ func (c *Config) resolve() (*resolved, error) {
 	}
 	for _, s := range c.Allow.Prefixes {
 		p, err := netip.ParsePrefix(s)
+		if err == nil {
+			err = ipnet.Network(p) // a Config built in code meets the file's rule too
+		}
 		if err != nil {
 			return nil, fmt.Errorf("allowed prefix: %w", err)
 		}
-		r.prefixes = append(r.prefixes, p.Masked())
+		r.prefixes = append(r.prefixes, p)
 	}
 	if c.Table.Confirmed != 0 {
 		r.confirmed = c.Table.Confirmed

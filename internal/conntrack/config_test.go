@@ -29,6 +29,11 @@ table: {confirmed: 1024, unconfirmed: 512}
 		len(r.ports) != 2 || len(r.prefixes) != 1 || r.timeouts[3] != uint32(time.Hour/time.Second) || r.timeouts[10] != 45 {
 		t.Errorf("resolved %+v", r)
 	}
+	// A Config built in code, not read from a file, meets the same prefix rule.
+	c.Allow.Prefixes = []string{"198.18.1.5/24"}
+	if _, err := c.resolve(); err == nil || !strings.Contains(err.Error(), "has host bits set") {
+		t.Errorf("resolve with host bits: %v", err)
+	}
 }
 
 // Every problem of a file comes out at once, each with its line and field.

@@ -424,17 +424,18 @@ func (d *dec) duration(v *yaml.Node, f string, lo, hi time.Duration) (time.Durat
 		return 0, false
 	}
 	dur, err := units.ParseDuration(s)
-	if errors.Is(err, units.ErrDurationRange) {
+	if err != nil && !errors.Is(err, units.ErrDurationRange) {
+		var ms uint64
+		ms, err = strconv.ParseUint(s, 10, 32) // a bare number is milliseconds
+		dur = time.Duration(ms) * time.Millisecond
+	}
+	switch {
+	case errors.Is(err, units.ErrDurationRange) || errors.Is(err, strconv.ErrRange):
 		d.el.Add(v.Line, f, "%q is outside the kernel's range %v to %v (CONFIG_HZ=%d)", s, lo, hi, d.k.HZ)
 		return 0, false
-	}
-	if err != nil {
-		ms, err2 := strconv.ParseUint(s, 10, 32)
-		if err2 != nil {
-			d.el.Add(v.Line, f, "%q is not a duration; write e.g. 10ms or 1s (a bare number is milliseconds)", s)
-			return 0, false
-		}
-		dur = time.Duration(ms) * time.Millisecond
+	case err != nil:
+		d.el.Add(v.Line, f, "%q is not a duration; write e.g. 10ms or 1s (a bare number is milliseconds)", s)
+		return 0, false
 	}
 	if dur < lo || dur > hi {
 		d.el.Add(v.Line, f, "%v is outside the kernel's range %v to %v (CONFIG_HZ=%d)", dur, lo, hi, d.k.HZ)

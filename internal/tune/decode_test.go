@@ -119,6 +119,7 @@ func TestParseErrors(t *testing.T) {
 		{"react without action", "profiles: {a: {react: {retransmissions_above: 3}}}\nrules: []", "says when but not what"},
 		{"syn_rto range", "profiles: {a: {syn_rto: 500s}}\nrules: []", "syn_rto: 8m20s is outside"},
 		{"syn_rto too long for Go", "profiles: {a: {syn_rto: 3000000h}}\nrules: []", `syn_rto: "3000000h" is outside`},
+		{"syn_rto bare number past 32 bits", "profiles: {a: {syn_rto: 4294967296}}\nrules: []", `syn_rto: "4294967296" is outside`},
 		{"not yaml", "profiles: [", "not valid YAML"},
 		{"empty", "", "the file is empty"},
 		{"missing rules", "profiles: {a: {}}", "rules: missing"},

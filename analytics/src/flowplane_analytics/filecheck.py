@@ -2,12 +2,12 @@
 
 Every Parquet file a layout reads has its footer read (``pyarrow.parquet.read_metadata``: the
 file's last bytes, no data) and its columns' names and types compared with what the metrics
-need; a period directory must be named by a number. This finds a truncated file, one that is
-not Parquet at all, one of the wrong table and a column of the wrong type, the same way
-whichever engine then runs, and names the file rather than leaving the engine to fail with its
-own trace (DuckDB's, or a Java stack from Spark). A file whose footer is sound but whose data
-pages are corrupt passes this check; when an engine then fails, :func:`deep_check` reads the
-files through and names it.
+need; a period directory must be named by a number as probes name it (no sign, no leading
+zero). This finds a truncated file, one that is not Parquet at all, one of the wrong table and
+a column of the wrong type, the same way whichever engine then runs, and names the file rather
+than leaving the engine to fail with its own trace (DuckDB's, or a Java stack from Spark). A
+file whose footer is sound but whose data pages are corrupt passes this check; when an engine
+then fails, :func:`deep_check` reads the files through and names it.
 """
 
 from __future__ import annotations
