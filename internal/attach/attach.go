@@ -178,7 +178,7 @@ func (in Instance) inspect() (*state, error) {
 		return st, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", in.Dir(), err)
+		return nil, fmt.Errorf("list %s: %w", pin.Shown(in.Pin...), err)
 	}
 	st.pins = len(entries) > 0
 	for _, e := range entries {

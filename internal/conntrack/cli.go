@@ -325,17 +325,21 @@ func printStatus(w io.Writer, st *Status) {
 }
 
 func eventsCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, stamp bool
 	cmd := &cobra.Command{
-		Use:   "events [--json]",
+		Use:   "events [--json | --timestamp]",
 		Short: "Print connections as they are created and destroyed, like conntrack -E",
 		Long: `events prints [NEW] when the data path creates a connection and [DESTROY] when one is
 removed: a SYN reopening a closed one, a RST as a connection's only reply, an expired entry
 found by a packet, the sweep of 'run', or 'flush'. Not reported: unconfirmed entries evicted
 from the full LRU table. It shows what happens after it starts; JSON lines carry each event's
-time. Only one reader at a time gets each event.`,
+time, and --timestamp puts it first on each text line (as conntrack -E -o timestamp). Only
+one reader at a time gets each event.`,
 		Args: cli.ExactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if asJSON && stamp {
+				return cli.Usagef("--timestamp is for text lines: JSON lines carry the time already")
+			}
 			return withTables(func(t *Tables) error {
 				r, err := OpenEvents(t)
 				if err != nil {
@@ -347,12 +351,17 @@ time. Only one reader at a time gets each event.`,
 						_ = json.NewEncoder(cmd.OutOrStdout()).Encode(ev)
 						return
 					}
+					if stamp {
+						fmt.Fprintln(cmd.OutOrStdout(), ev.Stamped())
+						return
+					}
 					fmt.Fprintln(cmd.OutOrStdout(), ev.String())
 				})
 			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON lines")
+	cmd.Flags().BoolVar(&stamp, "timestamp", false, "begin each line with the event's time, in seconds since the epoch")
 	return cmd
 }
 
@@ -430,7 +439,7 @@ func removeCmd() *cobra.Command {
 			}
 			dir := pin.Path("conntrack", inst)
 			if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-				return cli.Usagef("no conntrack instance in this network namespace (%s): nothing to remove", dir)
+				return cli.Usagef("no conntrack instance in this network namespace (%s): nothing to remove", pin.Shown("conntrack", inst))
 			}
 			// A running run keeps its tables: removing them under it would leave a firewall
 			// that no other command can see. A record left by a run that was killed goes
@@ -449,7 +458,7 @@ func removeCmd() *cobra.Command {
 			if err := pin.Remove("conntrack", inst); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "conntrack: removed the tables of this network namespace (%s)\n", pin.Path("conntrack", inst))
+			fmt.Fprintf(cmd.OutOrStdout(), "conntrack: removed the tables of this network namespace (%s)\n", pin.Shown("conntrack", inst))
 			return nil
 		},
 	}

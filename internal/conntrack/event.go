@@ -23,6 +23,13 @@ type Event struct {
 	Reply Tuple     `json:"reply"`
 }
 
+// Stamped is ev's line with its time first, as conntrack -E -o timestamp prints it:
+// "[1700000000.123456]\t[NEW] tcp …" (seconds since the epoch, microseconds).
+func (ev Event) Stamped() string {
+	us := ev.Time.UnixMicro()
+	return fmt.Sprintf("[%d.%06d]\t%s", us/1e6, us%1e6, ev)
+}
+
 func (ev Event) String() string {
 	s := fmt.Sprintf("[%s] %s", ev.Type, ev.Proto)
 	if ev.State != "" {

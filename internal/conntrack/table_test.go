@@ -276,4 +276,9 @@ func TestEvents(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Error(err)
 	}
+	// --timestamp: conntrack -E -o timestamp's prefix, microseconds padded.
+	e := Event{Time: time.Unix(1700000000, 4567891), Type: "NEW", Proto: "udp"}
+	if got, want := e.Stamped(), "[1700000000.004567]\t"+e.String(); got != want {
+		t.Errorf("--timestamp line %q, want %q", got, want)
+	}
 }

@@ -117,6 +117,13 @@ func Path(parts ...string) string {
 	return filepath.Join(append([]string{base(), "flowplane"}, parts...)...)
 }
 
+// Shown returns Root/parts… as a user can reach it from this process's shell: a path under
+// /proc/PID/root when this process reaches the pins through a descriptor (for messages).
+func Shown(parts ...string) string {
+	where, _ := Shared()
+	return filepath.Join(append([]string{where, "flowplane"}, parts...)...)
+}
+
 // Remove unpins everything under Root/parts…. Unpinning drops the pin's reference only; objects
 // still attached or open elsewhere live on until those references go.
 func Remove(parts ...string) error {
@@ -125,7 +132,7 @@ func Remove(parts ...string) error {
 	}
 	err := os.RemoveAll(Path(parts...))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("unpin %s: %w", Path(parts...), err)
+		return fmt.Errorf("unpin %s: %w", Shown(parts...), err)
 	}
 	// Leave no empty parent directories behind.
 	for i := len(parts) - 1; i > 0; i-- {

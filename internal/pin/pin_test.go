@@ -96,6 +96,10 @@ func TestDirReachesSharedBPFFS(t *testing.T) {
 			if got := fsType(dir); got != unix.BPF_FS_MAGIC {
 				t.Errorf("%s is on filesystem %#x, want bpffs", dir, got)
 			}
+			// Messages name the path a user's shell can open, not this process's descriptor.
+			if got := pin.Shown(sub, "x"); !strings.HasPrefix(got, "/proc/") || strings.HasPrefix(got, "/proc/self/") || !strings.HasSuffix(got, "/root/sys/fs/bpf/flowplane/"+sub+"/x") {
+				t.Errorf("Shown = %s, want /proc/PID/root/sys/fs/bpf/flowplane/%s/x", got, sub)
+			}
 			if _, err := os.Stat("/sys/fs/bpf/flowplane"); err == nil {
 				t.Error("Dir wrote to the private /sys/fs/bpf")
 			}
