@@ -137,7 +137,7 @@ func (c *Collector) Bool(v *yaml.Node, field string) (bool, bool) {
 	case "false", "no", "off":
 		return false, true
 	}
-	c.Add(v.Line, field, "%q is not true or false", s)
+	c.Add(v.Line, field, "%q is not true or false; write true, yes or on, or false, no or off", s)
 	return false, false
 }
 

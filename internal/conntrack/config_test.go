@@ -49,10 +49,10 @@ func TestDecodeConfigErrors(t *testing.T) {
 		{"all at once", "mode: fast\nhook: nic\nliberal: maybe\n", []string{
 			`ct.yaml:1: mode: "fast": want firewall or track`,
 			`ct.yaml:2: hook: "nic": want auto, xdp or tc`,
-			`ct.yaml:3: liberal: "maybe" is not true or false`}},
+			`ct.yaml:3: liberal: "maybe" is not true or false; write true, yes or on, or false, no or off`}},
 		{"bool as a number", "liberal: 1\ntcp_loose: 0\n", []string{
-			`ct.yaml:1: liberal: "1" is not true or false`,
-			`ct.yaml:2: tcp_loose: "0" is not true or false`}},
+			`ct.yaml:1: liberal: "1" is not true or false; write true, yes or on, or false, no or off`,
+			`ct.yaml:2: tcp_loose: "0" is not true or false; write true, yes or on, or false, no or off`}},
 		{"timeout", "timeouts:\n  tcp_established: 1.5s\n  tcp_nope: 1s\n", []string{
 			"ct.yaml:2: timeouts.tcp_established: timeout tcp_established=1.5s: must be a whole number of seconds",
 			`ct.yaml:3: timeouts.tcp_nope: unknown key "tcp_nope"`}},

@@ -259,7 +259,14 @@ func ParseRouterPolicy(file string, data []byte) (*RouterPolicy, error) {
 		case "leaves":
 			p.Leaves = positive(v, key, 1, PrioMaxLeaves)
 		case "max_claim":
-			p.MaxClaim = positive(v, key, 0, PrioMaxBands-1)
+			// The bands are known once every key is read: the check against them comes below.
+			if s, ok := el.Scalar(v, key); ok {
+				n, err := strconv.Atoi(s)
+				if err != nil || n < 0 {
+					el.Add(v.Line, key, "%q is not a band; give a whole number from 0 (the best band) to the number of bands − 1", s)
+				}
+				p.MaxClaim = max(n, 0)
+			}
 		case "limit":
 			p.Limit = positive(v, key, 1, 100000)
 		case "trust":

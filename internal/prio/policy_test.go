@@ -70,6 +70,7 @@ func TestRouterPolicyErrors(t *testing.T) {
 		{"scheme: pias\nthresholds: []\n", "p.yaml:2: thresholds: must be a list of 1 to 8 sizes"},
 		{"scheme: backlog\n", "p.yaml:1: trust: missing"},
 		{"scheme: pias\nmax_claim: 4\n", "p.yaml:2: max_claim: 4 is past the last band (4 bands)"},
+		{"scheme: pias\nmax_claim: -1\n", `p.yaml:2: max_claim: "-1" is not a band; give a whole number from 0 (the best band) to the number of bands − 1`},
 		{"scheme: occupancy\ntrust: [198.18.0.0/15]\nservice: strict\nmin_rate: 10%\n", "p.yaml:4: min_rate: 11 bands × 10% is more than the link"},
 		{"scheme: backlog\ntrust: [198.18.0.0/15]\nservice: fast\n", `p.yaml:3: service: "fast" is not a band service; use strict or weighted`},
 		{"scheme: pias\nidle_reset: soon\n", `p.yaml:2: idle_reset: "soon" is not a duration`},
