@@ -240,7 +240,8 @@ type Status struct {
 	Capacity           map[string]int `json:"capacity"` // the tables' sizes: confirmed, unconfirmed
 	UnconfirmedEvicted uint64         `json:"unconfirmed_evicted"`
 	Interfaces         []IfaceHook    `json:"interfaces"`
-	Running            bool           `json:"running"` // a run is attached
+	Running            bool           `json:"running"`        // a run is attached
+	Mode               string         `json:"mode,omitempty"` // the run's: firewall or track
 	// Leftover says what a run killed before it could clean up left (the next run or remove
 	// cleans it; internal/attach).
 	Leftover string `json:"leftover,omitempty"`
@@ -258,7 +259,7 @@ func ReadStatus() (*Status, error) {
 		if err != nil {
 			return err
 		}
-		hooks, err := AttachedHooks()
+		hooks, mode, err := AttachedHooks()
 		if err != nil {
 			return err
 		}
@@ -270,11 +271,11 @@ func ReadStatus() (*Status, error) {
 			left = &attach.Problem{Why: "ct_hooks lists interfaces but no run recorded them (a run killed while it attached)"}
 		}
 		if !run || hooks == nil {
-			hooks = []IfaceHook{}
+			hooks, mode = []IfaceHook{}, ""
 		}
 		st = &Status{Counters: c, Entries: map[string]int{"confirmed": conf, "unconfirmed": unconf},
 			Capacity:           map[string]int{"confirmed": int(t.Main.MaxEntries()), "unconfirmed": int(t.Emb.MaxEntries())},
-			UnconfirmedEvicted: Evicted(c, unconf), Interfaces: hooks, Running: run}
+			UnconfirmedEvicted: Evicted(c, unconf), Interfaces: hooks, Running: run, Mode: mode}
 		if left != nil {
 			st.Leftover = left.Why
 		}
@@ -305,6 +306,9 @@ func printStatus(w io.Writer, st *Status) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if st.Running {
 		fmt.Fprintf(tw, "running\tyes\n")
+		if st.Mode != "" {
+			fmt.Fprintf(tw, "mode\t%s\n", st.Mode)
+		}
 	} else {
 		fmt.Fprintf(tw, "running\tno (the tables are pinned; no run is attached)\n")
 	}

@@ -44,6 +44,7 @@ type Datapath struct {
 	objs  ctObjects // maps and ct_sweep; ConntrackXdp only with the XDP build
 	prog  *ebpf.Program
 	hook  string        // the build of prog
+	track bool          // mode track (observe only), not firewall
 	other *ebpf.Program // the TC build when both are loaded (prog is then the XDP one)
 	dir   string
 	links []link.Link
@@ -128,7 +129,7 @@ func load(cfg *resolved, dir string, pinned bool) (*Datapath, error) {
 		defer done()
 		opts.MapReplacements = reuse
 	}
-	d := &Datapath{dir: dir, hook: cfg.hook}
+	d := &Datapath{dir: dir, hook: cfg.hook, track: cfg.trackOnly}
 	if cfg.hook == HookAuto {
 		d.hook = HookXDP
 	}

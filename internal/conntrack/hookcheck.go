@@ -185,7 +185,8 @@ func findNetns(nsid int) (path, where string) {
 	return "", ""
 }
 
-// ct_hooks values: the hook in the low byte, the role (1 inside, 2 outside) in the next.
+// ct_hooks values: the hook in the low byte, the role (1 inside, 2 outside) in the next, the
+// mode (1 firewall, 2 track; 0 from a version that did not record it) in the third.
 const (
 	hookCodeXDP = 1
 	hookCodeTC  = 2
@@ -217,6 +218,11 @@ func (d *Datapath) recordHook(ifindex int, hook string, inside bool) error {
 	} else {
 		v |= 2 << 8
 	}
+	if d.track {
+		v |= 2 << 16
+	} else {
+		v |= 1 << 16
+	}
 	if err := d.hooks.Put(uint32(ifindex), v); err != nil {
 		return fmt.Errorf("record hook of interface %d: %w", ifindex, err)
 	}
@@ -231,19 +237,19 @@ type IfaceHook struct {
 	Hook      string `json:"hook"`
 }
 
-// AttachedHooks reads which hook each interface of the running instance got; nil when no
-// `run` is attached.
-func AttachedHooks() ([]IfaceHook, error) {
+// AttachedHooks reads which hook each interface of the running instance got, and its mode
+// (firewall or track; "" when not recorded); nil when no `run` is attached.
+func AttachedHooks() (hooks []IfaceHook, mode string, err error) {
 	dir, err := PinDir()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "ct_hooks"), &ebpf.LoadPinOptions{ReadOnly: true})
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, "", nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open ct_hooks: %w", err)
+		return nil, "", fmt.Errorf("open ct_hooks: %w", err)
 	}
 	defer m.Close()
 	var out []IfaceHook
@@ -254,8 +260,14 @@ func AttachedHooks() ([]IfaceHook, error) {
 		if v&0xff == hookCodeTC {
 			h.Hook = HookTC
 		}
-		if v>>8 == 2 {
+		if v>>8&0xff == 2 {
 			h.Role = "outside"
+		}
+		switch v >> 16 & 0xff {
+		case 1:
+			mode = "firewall"
+		case 2:
+			mode = "track"
 		}
 		if ifc, err := net.InterfaceByIndex(int(k)); err == nil {
 			h.Interface = ifc.Name
@@ -263,10 +275,10 @@ func AttachedHooks() ([]IfaceHook, error) {
 		out = append(out, h)
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read ct_hooks: %w", err)
+		return nil, "", fmt.Errorf("read ct_hooks: %w", err)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
-	return out, nil
+	return out, mode, nil
 }
 
 // ifacePlan is the hook chosen for one interface, and why when it is not the one asked for.

@@ -390,15 +390,16 @@ links:
     loss: 2%
 `, &Config{})
 	var hooks []IfaceHook
+	var mode string
 	if err := nsrun.Do(c.l.Netns("r1"), func() error {
 		var err error
-		hooks, err = AttachedHooks()
+		hooks, mode, err = AttachedHooks()
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if len(hooks) != 2 || hooks[0].Hook != HookXDP || hooks[1].Hook != HookXDP {
-		t.Fatalf("hooks on the xdp: true router: %+v, want XDP on both", hooks)
+	if len(hooks) != 2 || hooks[0].Hook != HookXDP || hooks[1].Hook != HookXDP || mode != "firewall" {
+		t.Fatalf("hooks on the xdp: true router: %+v, mode %q; want XDP on both, firewall", hooks, mode)
 	}
 	r1 := c.l.Topology.Node("r1")
 	loss0, _, err := c.l.ReadLoss(r1.Ifaces[1])

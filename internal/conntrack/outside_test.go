@@ -305,7 +305,11 @@ func launcherRounds(t *testing.T, bin string, ls []launcher, r, empty string, ar
 	want := map[uint16]bool{}
 	for i, l := range ls {
 		other, third := ls[(i+1)%len(ls)], ls[(i+2)%len(ls)]
-		run := startRun(t, l, bin, r, append(args, "--timeout", "udp_unreplied=10m")...)
+		runArgs, mode := append(args, "--timeout", "udp_unreplied=10m"), "firewall"
+		if i == len(ls)-1 { // status shows the run's mode
+			runArgs, mode = append(runArgs, "--mode", "track"), "track"
+		}
+		run := startRun(t, l, bin, r, runArgs...)
 		port := uint16(7000 + i)
 		send(int(port))
 		want[port] = true
@@ -322,6 +326,7 @@ func launcherRounds(t *testing.T, bin string, ls []launcher, r, empty string, ar
 		out, code := ctl(t, third, bin, r, "conntrack", "status", "--json")
 		var st struct {
 			Running    bool        `json:"running"`
+			Mode       string      `json:"mode"`
 			Interfaces []IfaceHook `json:"interfaces"`
 			Entries    map[string]int
 			Capacity   map[string]int
@@ -329,7 +334,7 @@ func launcherRounds(t *testing.T, bin string, ls []launcher, r, empty string, ar
 		if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
 			t.Fatalf("round %d: status by %s: exit %d, %s", i, third.name, code, out)
 		}
-		if !st.Running || len(st.Interfaces) != 2 || st.Entries["unconfirmed"] < len(want) ||
+		if !st.Running || st.Mode != mode || len(st.Interfaces) != 2 || st.Entries["unconfirmed"] < len(want) ||
 			st.Capacity["confirmed"] <= 0 || st.Capacity["unconfirmed"] <= 0 {
 			t.Errorf("round %d: status by %s: %s", i, third.name, out)
 		}
