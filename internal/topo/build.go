@@ -3,6 +3,8 @@ package topo
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/flowplane/flowplane/internal/config"
 )
@@ -36,21 +38,7 @@ func build(file string, s *spec) (*Topology, error) {
 		if l.MTU == 0 {
 			l.MTU = DefaultMTU
 		}
-		if len(ls.ends) != 2 {
-			continue // already reported
-		}
-		ok := true
-		for j, e := range ls.ends {
-			if byName[e.node] == nil {
-				el.Add(e.line, fmt.Sprintf("%s[%d]", field, j), "unknown node %q; nodes are: %s", e.node, nodeNames(t))
-				ok = false
-			}
-		}
-		if ok && ls.ends[0].node == ls.ends[1].node {
-			el.Add(ls.line, field, "both endpoints are %q; a link joins two different nodes", ls.ends[0].node)
-			ok = false
-		}
-		if !ok {
+		if !checkEnds(el, s, i) {
 			continue
 		}
 		ifaces := [2]*Iface{}
@@ -74,6 +62,29 @@ func build(file string, s *spec) (*Topology, error) {
 		return nil, el.Errs
 	}
 	return t, nil
+}
+
+// checkEnds reports whether link i of s joins two different nodes of s, saying why not when it
+// does not (a link with no two endpoints was reported as it was read).
+func checkEnds(el *config.Collector, s *spec, i int) bool {
+	ls := s.links[i]
+	if len(ls.ends) != 2 {
+		return false
+	}
+	ok := true
+	for j, e := range ls.ends {
+		if e.node == "" { // reported as it was read
+			ok = false
+		} else if !slices.ContainsFunc(s.nodes, func(n nodeSpec) bool { return n.name == e.node }) {
+			el.Add(e.line, fmt.Sprintf("links[%d].endpoints[%d]", i, j), "unknown node %q; nodes are: %s", e.node, nodeNames(s))
+			ok = false
+		}
+	}
+	if ok && ls.ends[0].node == ls.ends[1].node {
+		el.Add(ls.line, fmt.Sprintf("links[%d].endpoints", i), "both endpoints are %q; a link joins two different nodes", ls.ends[0].node)
+		ok = false
+	}
+	return ok
 }
 
 // checkLinkAddrs checks that a family is given on both endpoints or neither, in one subnet.
@@ -209,13 +220,12 @@ func hostPrefix(subnet netip.Prefix, host int) netip.Prefix {
 	return netip.PrefixFrom(a, subnet.Bits())
 }
 
-func nodeNames(t *Topology) string {
-	s := ""
-	for i, n := range t.Nodes {
-		if i > 0 {
-			s += ", "
+func nodeNames(s *spec) string {
+	var names []string
+	for _, n := range s.nodes {
+		if !slices.Contains(names, n.name) {
+			names = append(names, n.name)
 		}
-		s += n.Name
 	}
-	return s
+	return strings.Join(names, ", ")
 }

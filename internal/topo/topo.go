@@ -154,6 +154,14 @@ func ParseNamed(file string, data []byte, name string) (*Topology, error) {
 		spec.name, spec.nameLine = name, -1
 	}
 	if len(errs) > 0 {
+		// The links' node names too, so that one run reports every mistake a user can fix.
+		if spec.nodes != nil {
+			el := &config.Collector{File: file}
+			for i := range spec.links {
+				checkEnds(el, spec, i)
+			}
+			errs = append(errs, el.Errs...)
+		}
 		return nil, errs
 	}
 	if spec.name == "" {
