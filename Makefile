@@ -96,8 +96,8 @@ lint: setup generate ## gofmt, go vet, staticcheck, clang-format
 	@test -z "$$(gofmt -l cmd internal bench scripts)" || { gofmt -l cmd internal bench scripts; echo 'gofmt: run gofmt -w on the files above'; exit 1; }
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
-	analytics/.venv/bin/ruff check analytics bench/analytics
-	analytics/.venv/bin/ruff format --check analytics bench/analytics
+	analytics/.venv/bin/ruff check analytics bench/analytics scripts
+	analytics/.venv/bin/ruff format --check analytics bench/analytics scripts
 	clang-format --dry-run --Werror $$(find bpf -name '*.c' -o -name '*.h' | grep -v vmlinux.h)
 	@# One BPF flag set: every bpf2go line carries the same -cflags.
 	@test "$$(grep -ho -- '-cflags "[^"]*"' internal/*/*gen.go | sort -u | wc -l)" = 1 || { grep -H -- '-cflags' internal/*/*gen.go; echo 'lint: the go:generate lines differ in -cflags; use one set'; exit 1; }

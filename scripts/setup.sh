@@ -11,6 +11,7 @@ apt_packages=(
 	python3-venv openjdk-17-jre-headless         # analytics (venv; the JVM for Spark)
 	maven                                        # analytics: Spark's S3A jars (analytics/jars)
 	man-db groff-base                            # the release smoke test renders a man page
+	ca-certificates                              # HTTPS: the Go toolchain, pip, Maven
 )
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -27,9 +28,26 @@ if ((${#missing[@]})); then
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if ! command -v go >/dev/null; then
-	echo "setup: Go is missing; install Go 1.21 or newer (it fetches the toolchain go.mod asks for)" >&2
-	exit 1
+# Go: a go 1.21 or newer on the PATH fetches the toolchain go.mod asks for by itself. Without one
+# (a fresh Debian 12 has none; its golang-go, 1.19, cannot fetch), that toolchain is installed in
+# /usr/local/go from the Go module proxy, checked against the Go checksum database, and linked
+# into /usr/local/bin.
+go_fetches() { command -v go >/dev/null && go version | grep -Eq ' go(1\.(2[1-9]|[3-9][0-9])|[2-9])'; }
+if ! go_fetches; then
+	want_go=$(sed -n 's/^toolchain go//p' go.mod)
+	want_go=${want_go:-$(sed -n 's/^go //p' go.mod)}
+	if [[ ! -x /usr/local/go/bin/go ]] || ! /usr/local/go/bin/go version | grep -q " go$want_go "; then
+		if [[ $EUID -ne 0 ]]; then
+			echo "setup: installing Go $want_go in /usr/local/go needs root (sudo make setup)" >&2
+			exit 1
+		fi
+		echo "setup: installing Go $want_go in /usr/local/go"
+		python3 scripts/install-go.py "$want_go" /usr/local/go
+	fi
+	if [[ $EUID -eq 0 ]]; then
+		ln -sf /usr/local/go/bin/go /usr/local/go/bin/gofmt /usr/local/bin/
+	fi
+	export PATH=/usr/local/go/bin:$PATH
 fi
 go mod download
 
