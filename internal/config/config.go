@@ -5,8 +5,10 @@ package config
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -71,8 +73,8 @@ func (c *Collector) Err() error {
 func (c *Collector) Root(data []byte, what string) *yaml.Node {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		// yaml.v3 messages read "yaml: line N: …"; keep them, minus the library prefix.
-		c.Add(0, "", "not valid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+		line, msg := syntaxError(err, data)
+		c.Add(line, "", "not valid YAML: %s", msg)
 		return nil
 	}
 	if len(doc.Content) == 0 {
@@ -80,6 +82,35 @@ func (c *Collector) Root(data []byte, what string) *yaml.Node {
 		return nil
 	}
 	return doc.Content[0]
+}
+
+// yamlParserProblems are the messages of yaml.v3's parser errors, whose "line N" counts from 0
+// (and is left out for the first line), where its scanner errors count from 1. The line is where
+// the construct the parser gave up on begins: a flow sequence's "[", a block mapping's first key.
+var yamlParserProblems = []string{
+	"did not find expected ',' or ']'", "did not find expected ',' or '}'",
+	"did not find expected '-' indicator", "did not find expected <document start>",
+	"did not find expected <stream-start>", "did not find expected key",
+	"did not find expected node content", "found duplicate %TAG directive",
+	"found duplicate %YAML directive", "found incompatible YAML document", "found undefined tag handle",
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
+
+// syntaxError splits yaml.v3's syntax error into the line (1-based; 0 when unknown) and the
+// message.
+func syntaxError(err error, data []byte) (int, string) {
+	m := yamlLine.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0, err.Error()
+	}
+	line, _ := strconv.Atoi(m[1])
+	if slices.Contains(yamlParserProblems, m[2]) {
+		// At the end of the file the parser points past the last line.
+		lines := strings.Count(strings.TrimSuffix(string(data), "\n"), "\n") + 1
+		line = min(line+1, lines)
+	}
+	return line, m[2]
 }
 
 // EachKey calls fn for each key of mapping v, reporting keys not in known and keys given twice.

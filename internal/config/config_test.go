@@ -38,7 +38,16 @@ func TestWalkerErrors(t *testing.T) {
 	}{
 		{"valid", "name: x\nnodes:\n  a: {kind: host}\n  b:\n", nil},
 		{"empty", "", []string{"f.yaml: the file is empty; give name and nodes"}},
-		{"not yaml", "name: [", []string{"f.yaml: not valid YAML: line 1: did not find expected node content"}},
+		{"not yaml", "name: [", []string{"f.yaml:1: not valid YAML: did not find expected node content"}},
+		// yaml.v3 counts its parser errors' lines from 0, its scanner errors' from 1: both are
+		// the file's line here, where the unclosed bracket or the bad character is.
+		{"unclosed flow sequence", "a: 1\nb: 2\nc: 3\nd: [1, 2\n", []string{"f.yaml:4: not valid YAML: did not find expected ',' or ']'"}},
+		{"unclosed flow mapping", "a: 1\nb: {x: 1\nc: 3\n", []string{"f.yaml:2: not valid YAML: did not find expected ',' or '}'"}},
+		// opened on line 1, which yaml.v3 does not say: the line where it found the problem
+		{"unclosed on the first line", "a: [1, 2\nb: 1\n", []string{"f.yaml:2: not valid YAML: did not find expected ',' or ']'"}},
+		{"sequence item in a mapping", "a: 1\nb: 2\n- c\n", []string{"f.yaml:3: not valid YAML: did not find expected key"}},
+		{"scanner error", "a: 1\nb: 2\nc: @x\n", []string{"f.yaml:3: not valid YAML: found character that cannot start any token"}},
+		{"unclosed at the end", "a: 1\nb: [\n", []string{"f.yaml:2: not valid YAML: did not find expected node content"}},
 		{"top not a mapping", "- a\n- b\n", []string{"f.yaml:1: the top level must be a mapping with keys name, nodes"}},
 		{"unknown key lists the known, sorted", "nodes: {}\nnmae: x\n", []string{`f.yaml:2: nmae: unknown key "nmae"; known keys here: name, nodes`}},
 		{"key twice", "name: a\nname: b\n", []string{`f.yaml:2: name: key "name" given twice`}},

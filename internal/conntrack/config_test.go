@@ -44,7 +44,7 @@ func TestDecodeConfigErrors(t *testing.T) {
 		want       []string
 	}{
 		{"empty", "", []string{"ct.yaml: the file is empty"}},
-		{"not yaml", "mode: [", []string{"ct.yaml: not valid YAML"}},
+		{"not yaml", "mode: [", []string{"ct.yaml:1: not valid YAML"}},
 		{"unknown key", "mode: track\nhooks: tc\n", []string{`ct.yaml:2: hooks: unknown key "hooks"; known keys here: allow, hook,`}},
 		{"all at once", "mode: fast\nhook: nic\nliberal: maybe\n", []string{
 			`ct.yaml:1: mode: "fast": want firewall or track`,

@@ -17,7 +17,7 @@ func TestParseBadFiles(t *testing.T) {
 		want       []string // every line of the error, exactly
 	}{
 		{"empty", ``, []string{"bad.yaml: the file is empty; a topology needs nodes and links (see docs/lab.md)"}},
-		{"not yaml", "nodes: [", []string{"bad.yaml: not valid YAML: line 1: did not find expected node content"}},
+		{"not yaml", "nodes: [", []string{"bad.yaml:1: not valid YAML: did not find expected node content"}},
 		{"unknown top key", "name: x\nnodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b]}]\nlnks: []\n",
 			[]string{`bad.yaml:4: lnks: unknown key "lnks"; known keys here: links, name, nodes`}},
 		{"missing sections", "name: x\n", []string{
