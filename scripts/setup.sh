@@ -93,7 +93,7 @@ want_jars=$(sha256sum analytics/jars/pom.xml | cut -d' ' -f1)
 if [[ ! -f $jars/.installed || $(cat "$jars/.installed") != "$want_jars" ]]; then
 	echo "setup: downloading Spark's S3A jars into $jars (mvn)"
 	rm -rf "$jars"
-	mvn -q -B -f analytics/jars/pom.xml dependency:copy-dependencies \
+	mvn -q -B -Dstyle.color=never -f analytics/jars/pom.xml dependency:copy-dependencies \
 		-DoutputDirectory="$PWD/$jars" -DexcludeGroupIds=io.netty,org.slf4j
 	echo "$want_jars" >"$jars/.installed"
 fi
