@@ -23,7 +23,9 @@ func main() {
 	err := run(ctx, os.Args[1:])
 	stop()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "flowplane: %v\n", err)
+		if !cli.Quiet(err) {
+			fmt.Fprintf(os.Stderr, "flowplane: %v\n", err)
+		}
 		os.Exit(cli.ExitCode(err))
 	}
 }

@@ -64,28 +64,15 @@ func isExecutable(p string) bool {
 	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }
 
-// exitError carries the analytics' exit code out of flowplane.
-type exitError struct{ code int }
-
-func (e *exitError) Error() string {
-	return fmt.Sprintf("altmark analyze: %s exited with code %d", analyticsScript, e.code)
-}
-func (e *exitError) ExitCode() int { return e.code }
-
 func runAnalytics(ctx context.Context, exe string, args []string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	c := exec.CommandContext(ctx, exe, args...)
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
-	err := c.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &ee) && ee.ExitCode() > 0:
-		return &exitError{code: ee.ExitCode()}
-	default:
+	err := cli.Run(c)
+	if err != nil && !cli.Quiet(err) {
 		return fmt.Errorf("altmark analyze: run %s: %w", exe, err)
 	}
+	return err
 }

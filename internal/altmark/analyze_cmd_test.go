@@ -1,7 +1,6 @@
 package altmark
 
 import (
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,8 +59,7 @@ func TestAnalyzePassesArgsAndExitCode(t *testing.T) {
 	cmd := analyzeCommand()
 	cmd.SetArgs([]string{"loss", "--data", "d", "--format", "csv"})
 	err := cmd.Execute()
-	var ee *exitError
-	if !errors.As(err, &ee) || cli.ExitCode(err) != 3 {
+	if !cli.Quiet(err) || cli.ExitCode(err) != 3 {
 		t.Fatalf("err = %v, want the script's exit code 3", err)
 	}
 	got, _ := os.ReadFile(out)

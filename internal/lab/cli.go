@@ -360,14 +360,7 @@ func execCmd() *cobra.Command {
 				return cli.Usage(err)
 			}
 			err = l.Exec(args[1], args[2:])
-			return &execError{err: err} // Exec returns only when the command could not start
+			return &cli.CannotStart{Err: err} // Exec returns only when the command could not start
 		},
 	}
 }
-
-// execError exits 127 like a shell does for a command it cannot run.
-type execError struct{ err error }
-
-func (e *execError) Error() string { return e.err.Error() }
-func (e *execError) Unwrap() error { return e.err }
-func (e *execError) ExitCode() int { return 127 }

@@ -128,7 +128,7 @@ func execCmd(name *string) *cobra.Command {
 }
 
 // RunIn runs argv as a child born in cgroupPath (clone3 CLONE_INTO_CGROUP: no moment outside it)
-// and returns an error carrying its exit code. Cancelling ctx (flowplane got SIGINT or
+// and returns cli.Run's error: its exit code, or 127 when it could not start. Cancelling ctx (flowplane got SIGINT or
 // SIGTERM) passes SIGTERM on to the child and waits for it.
 func RunIn(ctx context.Context, cgroupPath string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -139,28 +139,8 @@ func RunIn(ctx context.Context, cgroupPath string, argv []string, stdin io.Reade
 		return err
 	}
 	defer fd.Close()
-	if err := c.Run(); err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code := ee.ExitCode()
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				code = 128 + int(ws.Signal()) // as a shell reports it
-			}
-			return &exitError{code: code, err: err}
-		}
-		return fmt.Errorf("run %s: %w", argv[0], err)
-	}
-	return nil
+	return cli.Run(c)
 }
-
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) ExitCode() int { return e.code }
-func (e *exitError) Unwrap() error { return e.err }
 
 func explainCmd(name *string) *cobra.Command {
 	var local, policy string
