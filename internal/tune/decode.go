@@ -472,6 +472,9 @@ func decodeRules(el *config.Collector, v *yaml.Node, p *Policy) []*Rule {
 		el.Add(v.Line, "rules", "must be a list, first match wins, e.g. [{match: {remote: 10.0.0.0/8}, profile: dc}]")
 		return nil
 	}
+	if len(v.Content) == 0 {
+		el.Warn(v.Line, "rules", "empty: the policy tunes no connection (flowplane tune remove takes a policy away)")
+	}
 	var rules []*Rule
 	for i, rv := range v.Content {
 		field := fmt.Sprintf("rules[%d]", i)

@@ -139,7 +139,7 @@ func TestParseErrors(t *testing.T) {
 
 func TestSynRTOJiffyWarning(t *testing.T) {
 	t.Parallel()
-	p := mustParse(t, "profiles: {a: {syn_rto: 10ms}}\nrules: []")
+	p := mustParse(t, "profiles: {a: {syn_rto: 10ms}}\nrules: [{profile: a}]")
 	if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "the kernel uses 12ms") {
 		t.Errorf("warnings = %q", p.Warnings)
 	}
@@ -147,12 +147,21 @@ func TestSynRTOJiffyWarning(t *testing.T) {
 		t.Errorf("10ms = %d jiffies at HZ=250, want 3", j)
 	}
 	// rto_min and delack_max are rounded up the same way (usecs_to_jiffies).
-	p = mustParse(t, "profiles: {a: {rto_min: 10ms, delack_max: 9ms}}\nrules: []")
+	p = mustParse(t, "profiles: {a: {rto_min: 10ms, delack_max: 9ms}}\nrules: [{profile: a}]")
 	if w := strings.Join(p.Warnings, "\n"); len(p.Warnings) != 2 || !strings.Contains(w, "rto_min: 10ms") || !strings.Contains(w, "delack_max: 9ms") || !strings.Contains(w, "the kernel uses 12ms") {
 		t.Errorf("warnings = %q", p.Warnings)
 	}
-	if p := mustParse(t, "profiles: {a: {rto_min: 20ms}}\nrules: []"); len(p.Warnings) != 0 {
+	if p := mustParse(t, "profiles: {a: {rto_min: 20ms}}\nrules: [{profile: a}]"); len(p.Warnings) != 0 {
 		t.Errorf("20ms is 5 jiffies at HZ=250, yet warnings = %q", p.Warnings)
+	}
+}
+
+// TestEmptyRulesWarning: an empty rule list loads (a policy being written) and says that it
+// tunes nothing.
+func TestEmptyRulesWarning(t *testing.T) {
+	t.Parallel()
+	if p := mustParse(t, "profiles: {}\nrules: []"); len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "p.yaml:2: rules: empty: the policy tunes no connection") {
+		t.Errorf("empty rules: warnings = %q", p.Warnings)
 	}
 }
 
