@@ -188,9 +188,12 @@ func (a *API) period(w http.ResponseWriter, r *http.Request) {
 // CheckListen refuses a listen address that is not loopback when there is no token, and a
 // token too short to resist guessing.
 func CheckListen(addr, token string) error {
-	host, _, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("--listen %q: want host:port, e.g. 127.0.0.1:9464", addr)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("--listen %q: %q is not a port; give 1 to 65535 (0: any free one)", addr, port)
 	}
 	if token != "" && len(token) < minTokenLen {
 		return fmt.Errorf("the bearer token has %d characters; use at least %d (e.g. openssl rand -hex 16)", len(token), minTokenLen)

@@ -70,6 +70,9 @@ func TestListenNeedsATokenOffLoopback(t *testing.T) {
 		{"198.18.0.1:9464", "0123456789abcdef", true},
 		{"198.18.0.1:9464", "short", false},
 		{"9464", "", false},
+		{"127.0.0.1:99999", "", false},
+		{"127.0.0.1:-1", "", false},
+		{"127.0.0.1:0", "", true},
 	} {
 		if err := CheckListen(tc.addr, tc.token); (err == nil) != tc.ok {
 			t.Errorf("CheckListen(%q, %q) = %v, want ok=%v", tc.addr, tc.token, err, tc.ok)

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/flowplane/flowplane/internal/config"
 )
 
 // The read rule (RFC 9341, docs/altmark.md "The read rule"): period n (TAI in [nL, (n+1)L)) is read
@@ -174,16 +176,20 @@ func (r *Runner) Start() error {
 // prepareDir creates the data directory, removes what a crash left (temporary files, the files
 // of a period whose counters file was never renamed into place), and checks
 // that a file can be created there, so a bad data_dir fails Start instead of the first period.
+// A directory that cannot be made or written is the configuration's error (exit 2, 400).
 func prepareDir(s Store) error {
+	unusable := func(err error) error {
+		return config.Errors{{File: "config", Field: "data_dir", Msg: fmt.Sprintf("cannot hold the records: %v; give a writable directory", err)}}
+	}
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
-		return fmt.Errorf("data_dir: %w", err)
+		return unusable(err)
 	}
 	if err := s.RemoveIncomplete(); err != nil {
 		return fmt.Errorf("data_dir: remove what an interrupted write left: %w", err)
 	}
 	f, err := os.CreateTemp(s.Dir, ".probe-write-check-*"+tmpSuffix)
 	if err != nil {
-		return fmt.Errorf("data_dir: %w", err)
+		return unusable(err)
 	}
 	f.Close()
 	return os.Remove(filepath.Clean(f.Name()))

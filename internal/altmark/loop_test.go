@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/flowplane/flowplane/internal/config"
 )
 
 func TestLoopRecordsWholePeriodsOnly(t *testing.T) {
@@ -231,8 +233,9 @@ func TestStartFailsBeforeAttachingOnABadDataDir(t *testing.T) {
 	cfg.DataDir = file + "/records"
 	r, dps := testRunner(t, cfg, newFakeClock(sec, 1<<62))
 	err := r.Start()
-	if err == nil || !strings.Contains(err.Error(), "data_dir") {
-		t.Fatalf("start: %v, want a data_dir error", err)
+	var es config.Errors // exit 2 from probe run, 400 from POST /start
+	if !errors.As(err, &es) || !strings.Contains(err.Error(), "data_dir: cannot hold the records") {
+		t.Fatalf("start: %v, want a data_dir configuration error", err)
 	}
 	if len(*dps) != 0 {
 		t.Error("the datapath was opened")
