@@ -21,35 +21,49 @@ import (
 
 // Mount finds where cgroup v2 is mounted, from /proc/mounts (on hybrid hosts it is not
 // /sys/fs/cgroup). Under `ip netns exec`, whose fresh /sys hides it, it is the host's mount
-// reached through an ancestor's root: /proc/PID/root/sys/fs/cgroup/….
+// reached through an ancestor's root: /proc/PID/root/sys/fs/cgroup/…. The usual places
+// (/sys/fs/cgroup, /sys/fs/cgroup/unified) come first, an ancestor's included: another mount
+// of the hierarchy (a container's or a chroot's bind mount) is taken only when there is none.
 func Mount() (string, error) {
-	if mp := cgroup2In("/proc/self/mounts"); mp != "" {
-		return mp, nil
-	}
-	for _, pid := range ancestry.Chain() {
-		root := fmt.Sprintf("/proc/%d/root", pid)
-		if mp := cgroup2In(fmt.Sprintf("/proc/%d/mounts", pid)); mp != "" && isCgroup2(root+mp) {
-			return root + mp, nil
+	type found struct{ root, mp string }
+	var other []found
+	for _, pid := range append([]int{0}, ancestry.Chain()...) {
+		mounts, root := "/proc/self/mounts", ""
+		if pid != 0 {
+			mounts, root = fmt.Sprintf("/proc/%d/mounts", pid), fmt.Sprintf("/proc/%d/root", pid)
 		}
+		for _, mp := range cgroup2In(mounts) {
+			if pid != 0 && !isCgroup2(root+mp) {
+				continue
+			}
+			if mp == "/sys/fs/cgroup" || mp == "/sys/fs/cgroup/unified" {
+				return root + mp, nil
+			}
+			other = append(other, found{root, mp})
+		}
+	}
+	if len(other) > 0 {
+		return other[0].root + other[0].mp, nil
 	}
 	return "", errors.New("no cgroup2 file system in /proc/mounts; mount one (mount -t cgroup2 none /sys/fs/cgroup/unified)")
 }
 
-// cgroup2In is the first cgroup2 mount point a mounts file lists ("" if none).
-func cgroup2In(mounts string) string {
+// cgroup2In lists the cgroup2 mount points of a mounts file, in its order.
+func cgroup2In(mounts string) []string {
 	f, err := os.Open(mounts)
 	if err != nil {
-		return ""
+		return nil
 	}
 	defer f.Close()
+	var out []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		if len(fields) >= 3 && fields[2] == "cgroup2" {
-			return fields[1]
+			out = append(out, fields[1])
 		}
 	}
-	return ""
+	return out
 }
 
 func isCgroup2(path string) bool {
