@@ -215,7 +215,11 @@ func (in Instance) problem(st *state) *Problem {
 	case st.record && len(st.links) == 0:
 		return &Problem{What: in.What, Pin: in.Pin, Why: "its record is there but no link is pinned"}
 	case st.record && len(st.dead) > 0:
-		return &Problem{What: in.What, Pin: in.Pin, Why: fmt.Sprintf("its record is there but link %s holds no hook any more (device or cgroup gone)", strings.Join(st.dead, ", "))}
+		hold := fmt.Sprintf("the pinned link %q holds", st.dead[0])
+		if len(st.dead) > 1 {
+			hold = fmt.Sprintf("the pinned links %q hold", st.dead)
+		}
+		return &Problem{What: in.What, Pin: in.Pin, Why: "its record is there but " + hold + " no hook any more (device or cgroup gone)"}
 	case !st.record && st.pins:
 		return &Problem{What: in.What, Pin: in.Pin, Why: "pinned without a record (a command killed between attach and record, or during remove)"}
 	}

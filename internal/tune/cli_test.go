@@ -190,3 +190,37 @@ func TestRunInStopsOnCancel(t *testing.T) {
 		t.Fatal("RunIn still running 10 s after its context ended")
 	}
 }
+
+// TestStatusAfterCgroupRemoved: a tuned cgroup removed under the policy (rmdir) leaves a status
+// that still reads (the program lives on with the cgroup's sockets, or its link is gone: a
+// leftover), and remove still takes it away.
+func TestStatusAfterCgroupRemoved(t *testing.T) {
+	testenv.Privileged(t)
+	root, err := cgroup.Mount()
+	if err != nil {
+		testenv.Unavailable(t, "%v", err)
+	}
+	good := filepath.Join(t.TempDir(), "good.yaml")
+	if err := os.WriteFile(good, []byte("profiles: {a: {cwnd_clamp: 10}}\nrules: [{profile: a}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name := testenv.Name("tune")
+	cg := filepath.Join(root, name)
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = Remove(name); _ = os.Remove(cg) })
+	if out, err := runCLI("--name", name, "apply", "--config", good, "--cgroup", cg); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	if err := os.Remove(cg); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI("--name", name, "status")
+	if err != nil || !(strings.Contains(out, "is gone") || strings.Contains(out, "leftover")) {
+		t.Errorf("status after the cgroup was removed: %v\n%s", err, out)
+	}
+	if out, err := runCLI("--name", name, "remove"); err != nil {
+		t.Errorf("remove after the cgroup was removed: %v\n%s", err, out)
+	}
+}

@@ -198,6 +198,11 @@ func (st *Status) readLink(name, cgroup string) error {
 	}
 	st.ProgramID, st.LinkID = uint32(info.Program), uint32(info.ID)
 	f, err := os.Open(cgroup)
+	if errors.Is(err, os.ErrNotExist) {
+		// rmdir'd: the program stays attached while sockets made in the cgroup live on.
+		st.Warnings = append(st.Warnings, fmt.Sprintf("cgroup %s is gone: the connections made in it keep the policy until they close; `flowplane tune remove --name %s` takes the policy away", cgroup, name))
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("open cgroup: %w", err)
 	}
