@@ -136,7 +136,7 @@ func ApplyResult(pol *Policy, src []byte, opt ApplyOptions) (*Record, attach.Res
 				return nil, err
 			}
 			if opt.Cgroup != "" && cgroup.HostPath(opt.Cgroup) != cgroup.HostPath(rec.Cgroup) {
-				return nil, fmt.Errorf("%w: %s is on %s; `flowplane tune remove` it (or use --name) before applying to %s", ErrOtherCgroup, opt.Name, cgroup.HostPath(rec.Cgroup), cgroup.HostPath(opt.Cgroup))
+				return nil, fmt.Errorf("%w: %s is on %s; run `flowplane tune remove --name %[2]s` first, or give this policy another --name, to apply to %[4]s", ErrOtherCgroup, opt.Name, cgroup.HostPath(rec.Cgroup), cgroup.HostPath(opt.Cgroup))
 			}
 			if m, err = openPinned(opt.Name); err != nil {
 				return nil, err

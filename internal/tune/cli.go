@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/cli"
+	"github.com/flowplane/flowplane/internal/runstate"
 )
 
 // Command is `flowplane tune`.
@@ -82,8 +84,8 @@ func applyCmd(name *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "tune: %s policy %s on cgroup %s (%d profiles, %d rules, from %s)\n",
-				verb, rec.Name, cgroup.HostPath(rec.Cgroup), len(pol.Profiles), len(pol.Rules), rec.File)
+			fmt.Fprintf(cmd.OutOrStdout(), "tune: %s policy %s on cgroup %s (%s, %s, from %s)\n",
+				verb, rec.Name, cgroup.HostPath(rec.Cgroup), count(len(pol.Profiles), "profile"), count(len(pol.Rules), "rule"), rec.File)
 			return nil
 		},
 	}
@@ -223,6 +225,9 @@ func statusCmd(name *string) *cobra.Command {
 		}
 		st, err := ReadStatus(*name, k)
 		if errors.Is(err, ErrNotApplied) {
+			if names, _ := runstate.Names(subsystem); len(names) > 0 {
+				err = fmt.Errorf("%w; applied: %s (give --name NAME)", err, strings.Join(names, ", "))
+			}
 			return nil, cli.Usage(err)
 		}
 		return st, err
@@ -288,4 +293,12 @@ func removeCmd(name *string) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// count is "1 rule", "2 rules".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -3,6 +3,7 @@ package tune
 import (
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 	"time"
 )
@@ -95,7 +96,7 @@ func Explain(p *Policy, f Flow, k Kernel) Explanation {
 // Print writes the explanation for people.
 func (e Explanation) Print(w io.Writer, localPortKnown bool) {
 	f := e.Flow
-	fmt.Fprintf(w, "connection: %s %s:%d → %s:%d\n", f.Dir, orAny(f.Local.String()), f.LocalPort, f.Remote, f.RemotePort)
+	fmt.Fprintf(w, "connection: %s %s → %s\n", f.Dir, endpoint(f.Local, f.LocalPort), endpoint(f.Remote, f.RemotePort))
 	if e.Rule == nil {
 		fmt.Fprintln(w, "no rule matches: the connection is left untouched")
 		return
@@ -127,11 +128,12 @@ func (e Explanation) Print(w io.Writer, localPortKnown bool) {
 	}
 }
 
-func orAny(s string) string {
-	if s == "" || strings.HasPrefix(s, "invalid") {
-		return "*"
+// endpoint is addr:port as ss writes it: [fd00::2]:8080, * for an address not given.
+func endpoint(addr netip.Addr, port uint16) string {
+	if !addr.IsValid() {
+		return fmt.Sprintf("*:%d", port)
 	}
-	return s
+	return netip.AddrPortFrom(addr, port).String()
 }
 
 func (p *Profile) reactWhen() string {
