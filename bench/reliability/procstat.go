@@ -25,6 +25,7 @@ import (
 
 	"github.com/flowplane/flowplane/bench/report"
 	"github.com/flowplane/flowplane/internal/altmark"
+	"github.com/flowplane/flowplane/internal/attach"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/pin"
@@ -281,7 +282,7 @@ func netnsPin(l *lab.Lab, node string) (string, error) {
 	var name string
 	err := nsrun.Do(l.Netns(node), func() error {
 		var err error
-		name, err = pin.ThisNetns()
+		name, err = attach.ThisNetns()
 		return err
 	})
 	return name, err

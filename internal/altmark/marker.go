@@ -140,7 +140,7 @@ func ApplyMark(dev string, c *MarkConfig) (attach.Result, error) {
 	if err != nil {
 		return attach.Result{}, err
 	}
-	ns, err := pin.ThisNetns()
+	ns, err := attach.ThisNetns()
 	if err != nil {
 		return attach.Result{}, err
 	}
@@ -167,7 +167,7 @@ func RemoveMark(dev string) error {
 }
 
 func removeMark(dev string) (attach.Result, error) {
-	ns, err := pin.ThisNetns()
+	ns, err := attach.ThisNetns()
 	if err != nil {
 		return attach.Result{}, err
 	}
@@ -176,7 +176,7 @@ func removeMark(dev string) (attach.Result, error) {
 
 // ReadMarkStatus reads every marker of this network namespace.
 func ReadMarkStatus() ([]MarkStatus, error) {
-	ns, err := pin.ThisNetns()
+	ns, err := attach.ThisNetns()
 	if err != nil {
 		return nil, err
 	}

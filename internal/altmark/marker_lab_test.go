@@ -17,6 +17,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"golang.org/x/sys/unix"
 
+	"github.com/flowplane/flowplane/internal/attach"
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/lab/labtest"
@@ -239,7 +240,7 @@ func labMarkAltMark(t *testing.T, header string) {
 		t.Fatal(err)
 	}
 	err := nsrun.Do(l.Netns("h1"), func() error {
-		ns, _ := pin.ThisNetns()
+		ns, _ := attach.ThisNetns()
 		if _, err := os.Stat(pin.Path(markPin(ns, dev)...)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("marker pins left behind: %v", err)
 		}
@@ -362,7 +363,7 @@ func TestLabMarkerAndProbe(t *testing.T) {
 	// between, each color's counters hold every period of that color.
 	var counters map[string]uint64
 	err = nsrun.Do(l.Netns("h1"), func() error {
-		ns, err := pin.ThisNetns()
+		ns, err := attach.ThisNetns()
 		if err != nil {
 			return err
 		}

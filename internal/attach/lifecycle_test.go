@@ -593,7 +593,7 @@ func newLab(t *testing.T, router bool) *lab {
 func netnsPin(t *testing.T, ns string) string {
 	t.Helper()
 	var name string
-	if err := nsrun.Do(ns, func() (err error) { name, err = pin.ThisNetns(); return err }); err != nil {
+	if err := nsrun.Do(ns, func() (err error) { name, err = attach.ThisNetns(); return err }); err != nil {
 		t.Fatal(err)
 	}
 	return name

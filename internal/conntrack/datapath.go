@@ -22,7 +22,7 @@ var persistent = []string{"ct_main", "ct_emb", "ct_stats", "ct_settings", "ct_ev
 
 // Instance names the conntrack instance of the calling thread's network namespace: one pin
 // directory per namespace, so two routers of one lab never share a table.
-func Instance() (string, error) { return pin.ThisNetns() }
+func Instance() (string, error) { return attach.ThisNetns() }
 
 // PinDir is the pin directory of the calling thread's namespace's instance.
 func PinDir() (string, error) {

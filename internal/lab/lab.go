@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/attach"
 	"github.com/flowplane/flowplane/internal/nsrun"
 	"github.com/flowplane/flowplane/internal/pin"
 	"github.com/flowplane/flowplane/internal/runstate"
@@ -181,7 +182,7 @@ func Down(name string) error {
 			// Per-namespace instances (conntrack's table) die with their namespace.
 			var st unix.Stat_t
 			if err := unix.Stat(nsrun.Path(ns), &st); err == nil {
-				errs = append(errs, pin.RemoveNetns(st.Ino))
+				errs = append(errs, attach.ForgetNetns(st.Ino))
 			}
 			if err := nsrun.Delete(ns); err != nil {
 				errs = append(errs, err)

@@ -190,18 +190,10 @@ func Private() (why, fix string) {
 }
 
 // Netns names the pin directory of a per-network-namespace instance, ns<inode>: a subsystem
-// that runs once per namespace pins under Root/<subsystem>/Netns(ino), and whoever deletes the
-// namespace (lab down) removes them with RemoveNetns without knowing the subsystems.
+// that runs once per namespace pins under Root/<subsystem>/Netns(ino) (attach.ThisNetns), and
+// whoever deletes the namespace (lab down) removes them with RemoveNetns without knowing the
+// subsystems.
 func Netns(ino uint64) string { return fmt.Sprintf("ns%d", ino) }
-
-// ThisNetns is Netns of the calling thread's network namespace.
-func ThisNetns() (string, error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		return "", fmt.Errorf("identify network namespace: %w", err)
-	}
-	return Netns(st.Ino), nil
-}
 
 // RemoveNetns unpins every subsystem's instance of the network namespace with inode ino.
 func RemoveNetns(ino uint64) error {

@@ -16,6 +16,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/vishvananda/netlink"
 
+	"github.com/flowplane/flowplane/internal/attach"
 	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/lab"
 	"github.com/flowplane/flowplane/internal/lab/labtest"
@@ -181,7 +182,7 @@ func TestLabAdvertiseAndClassify(t *testing.T) {
 				t.Errorf("qdisc %s %x: left behind", q.Type(), q.Attrs().Handle)
 			}
 		}
-		ns, _ := pin.ThisNetns()
+		ns, _ := attach.ThisNetns()
 		if _, err := os.Stat(pin.Path(routerPin(ns, dev)...)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("router pins left behind: %v", err)
 		}

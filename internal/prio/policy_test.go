@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowplane/flowplane/internal/attach"
 	"github.com/flowplane/flowplane/internal/cgroup"
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/flowplane/flowplane/internal/nsrun"
@@ -194,7 +195,7 @@ func TestRouterBadInputAppliesNothing(t *testing.T) {
 				t.Errorf("%s after rejected runs: %s %v", d, out, err)
 			}
 		}
-		ino, err := pin.ThisNetns()
+		ino, err := attach.ThisNetns()
 		if err != nil {
 			return err
 		}

@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flowplane/flowplane/internal/attach"
-	"github.com/flowplane/flowplane/internal/pin"
 )
 
 // Major is the handle of the HTB qdisc `prio router` builds (fa:), so a device that carries
@@ -99,7 +98,7 @@ func ApplyRouter(dev string, rate uint64, p *RouterPolicy) (attach.Result, error
 	if err != nil {
 		return attach.Result{}, err
 	}
-	ns, err := pin.ThisNetns()
+	ns, err := attach.ThisNetns()
 	if err != nil {
 		return attach.Result{}, err
 	}
@@ -385,7 +384,7 @@ func RemoveRouter(dev string) error {
 // removeRouterInstance is RemoveRouter, saying what a crash had left. A prio HTB tree with no
 // record and no pins (left by a flowplane before internal/attach) goes too.
 func removeRouterInstance(dev string) (attach.Result, error) {
-	ns, err := pin.ThisNetns()
+	ns, err := attach.ThisNetns()
 	if err != nil {
 		return attach.Result{}, err
 	}

@@ -109,7 +109,7 @@ var hostCounterNames = sync.OnceValue(func() []string { return enumNames(loadHos
 
 // ReadStatus reads every router of this network namespace and every host attachment.
 func ReadStatus() (*Status, error) {
-	ns, err := pin.ThisNetns()
+	ns, err := attach.ThisNetns()
 	if err != nil {
 		return nil, err
 	}
