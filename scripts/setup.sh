@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 
 apt_packages=(
 	clang llvm libbpf-dev bpftool clang-format   # BPF build and lint
-	iproute2 iputils-ping ethtool                # lab plumbing
+	iproute2 iputils-ping ethtool procps         # lab plumbing (procps: sysctl)
 	iperf3 tcpdump tshark jq              # traffic, capture, demo
 	conntrack nftables                           # nf_conntrack reference
 	python3-venv openjdk-17-jre-headless         # analytics (venv; the JVM for Spark)
