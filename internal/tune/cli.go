@@ -250,16 +250,17 @@ func printStatus(out io.Writer, st *Status) {
 		}
 		fmt.Fprintln(out)
 	}
-	fmt.Fprintf(out, "connections: %d active, %d passive; %d tuned, %d sampled out, %d unmatched; %d reactions\n",
+	// The rules are the applied policy's; the other counters run on from the first apply.
+	fmt.Fprintf(out, "connections since the first apply: %d active, %d passive; %d tuned, %d sampled out, %d unmatched; %d reactions\n",
 		st.Counters["active"], st.Counters["passive"], st.Counters["matched"], st.Counters["sampled_out"], st.Counters["unmatched"], st.Counters["reacted"])
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "RULE\tNAME\tPROFILE\tTREATED\tSAMPLED OUT\tMATCH")
+	fmt.Fprintln(tw, "RULE\tNAME\tPROFILE\tTREATED\tSAMPLED OUT\tMATCH (since this policy was applied)")
 	for _, r := range st.Rules {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\n", r.Index, r.Name, r.Profile, r.Treated, r.SampledOut, r.Match)
 	}
 	tw.Flush()
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SETTING\tAPPLIED\tREFUSED")
+	fmt.Fprintln(tw, "SETTING\tAPPLIED\tREFUSED (since the first apply)")
 	for _, s := range st.Settings {
 		ref := "-"
 		if len(s.Errors) > 0 {
