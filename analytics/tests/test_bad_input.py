@@ -255,6 +255,22 @@ def test_period_no_probe_recorded(ds, tmp_path, capsys):
     assert f"period {period}: no probe recorded it" in html.read_text()
 
 
+def test_points_the_topology_does_not_name(ds, tmp_path, capsys):
+    """Records of a probe whose probe_id the topology does not know (a typo: r6 recorded as
+    r6x) are named on stderr, and the probe's points are missing from the metrics."""
+    root = copy(ds, tmp_path)
+    for t in ("counters", "samples"):
+        (root / t / "probe=r6").rename(root / t / "probe=r6x")
+    code, _, err = run(["loss", "-d", root, "-t", TOPO, "--format", "csv"], capsys)
+    assert code == 0, err
+    clean(err)
+    assert "no point of the topology names: r6x:" in err, err
+    assert "check the probes' probe_id and interface names" in err
+    assert "missing points" in err
+    code, _, err = run(["loss", "-d", ds, "-t", TOPO, "--format", "csv"], capsys)
+    assert code == 0 and "no point of the topology names" not in err, err
+
+
 def test_several_bad_files(ds, tmp_path, capsys):
     root = copy(ds, tmp_path)
     files = [record(root, "counters", p, 0) for p in ("r1", "r2", "r6")]
@@ -388,6 +404,8 @@ def test_schema_is_package_data():
             ':3: point: unknown key "point"; known keys here: links, name, points',
         ),
         ("links:\n  - [a, b, c]\n", ":2: links[0]: want [FROM, TO]"),
+        ("links:\n  - [a, b]\n  - [a, a]\n", ":3: links[1]: a link from a to itself"),
+        ("links:\n  - {from: b, to: b}\n", ":2: links[0]: a link from b to itself"),
         ("links: {a: b}\n", ":1: links: must be a list"),
         (
             "nodes: {h1: {}, h2: {}}\nlinks: [{endpoints: [h1, h2]}]\n",
@@ -420,6 +438,11 @@ def test_topology_not_there_or_not_text(tmp_path, capsys):
         '<node id="a"/><node id="b"/><edge source="a"/></graph></graphml>'
     )
     bad_input(*run(["clusters", "-t", g], capsys)[::2], g, "give every edge a source and a target")
+    g.write_text(
+        '<graphml xmlns="http://graphml.graphdrawing.org/xmlns"><graph edgedefault="directed">'
+        '<node id="a"/><edge source="a" target="a"/></graph></graphml>'
+    )
+    bad_input(*run(["clusters", "-t", g], capsys)[::2], g, "an edge from a to itself")
 
 
 def test_synth_needs_a_lab(tmp_path, capsys):

@@ -497,7 +497,28 @@ def _setup(
             raise
         raise UsageError(f"--data {a.data}: cannot read it: {engine.short_error(e)}") from e
     members, aliases = metrics.membership(net, cs)
+    with _reading(a, src):
+        _warn_unnamed_points(con, ds, aliases)
     return con, ds, src, net, cs, members, aliases
+
+
+def _warn_unnamed_points(con: Any, ds: engine.Dataset, aliases: Any) -> None:
+    """Say which measurement points of the records no point of the topology names: a probe_id
+    or an interface name that differs from the topology's leaves its points missing from every
+    metric, which would otherwise read as probes that recorded nothing."""
+    key = engine.MP_KEY
+    df = engine.execute(con, ds.mps.anti_join(aliases, key).select(*key).distinct())
+    if df.empty:
+        return
+    names = sorted(":".join(map(str, r)) for r in df[key].itertuples(index=False))
+    more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+    print(
+        f"warning: the records hold {len(names)} measurement point(s) that no point of the "
+        f"topology names: {', '.join(names[:10])}{more} (probe:interface:direction); their "
+        "packets are in no metric: check the probes' probe_id and interface names against "
+        "the topology",
+        file=sys.stderr,
+    )
 
 
 def _clusters_frame(cs: Sequence[clus.Cluster]) -> pd.DataFrame:

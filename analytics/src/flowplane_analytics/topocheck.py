@@ -299,15 +299,21 @@ def check_graph(file: str, root: Node) -> list[str]:
             elif isinstance(item, SequenceNode):
                 if len(item.value) != 2:
                     el.add(line(item), f, want_link)
-                for j, p in enumerate(item.value):
-                    el.scalar(p, f"{f}[{j}]")
+                ends = [el.scalar(p, f"{f}[{j}]") for j, p in enumerate(item.value)]
+                self_link(item, f, ends)
             elif isinstance(item, MappingNode):
                 el.each_key(item, f, GRAPH_LINK_KEYS, lambda k, pv, f=f: el.scalar(pv, join(f, k)))
                 for k in GRAPH_LINK_KEYS:
                     if not has_key(item, k):
                         el.add(line(item), join(f, k), f"missing; {want_link}")
+                ends = [plain(v) for k, v in item.value if key_name(k) in GRAPH_LINK_KEYS]
+                self_link(item, f, ends)
             else:
                 el.add(line(item), f, want_link)
+
+    def self_link(item: Node, f: str, ends: list[Any]) -> None:
+        if len(ends) == 2 and ends[0] is not None and ends[0] == ends[1]:
+            el.add(line(item), f, f"a link from {ends[0]} to itself; {want_link}")
 
     el.each_key(root, "", GRAPH_KEYS, top)
     return el.errs

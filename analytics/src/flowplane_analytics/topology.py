@@ -169,6 +169,11 @@ def _load_graphml(file: str, path: Path) -> Network:
             raise TopologyError(
                 f"{file}: <edge {given}> has no {lacks}; give every edge a source and a target"
             )
+    loops = sorted(str(a) for a, b in g.edges() if a == b)
+    if loops:
+        raise TopologyError(
+            f"{file}: an edge from {loops[0]} to itself; an edge joins two measurement points"
+        )
     return graph_network([(str(a), str(b)) for a, b in g.edges()], name=path.stem)
 
 
