@@ -81,7 +81,7 @@ func (a *markApply) flags(cmd *cobra.Command, legacy bool) {
 
 func (a *markApply) run(cmd *cobra.Command) error {
 	if a.file == "" || (a.dev == "" && !a.check) {
-		return cli.Usagef("%s needs --dev and --config; usage: %s", cmd.CommandPath(), markApplyUse)
+		return cli.Usagef("%s needs --dev and --config; usage: %s %s", cmd.CommandPath(), cmd.Root().Name(), markApplyUse)
 	}
 	c, err := LoadMarkConfig(a.file)
 	if err != nil {

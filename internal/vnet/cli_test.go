@@ -114,11 +114,11 @@ func runCLIIn(t *testing.T, stdin string, args ...string) (string, error) {
 
 func TestUpAndNodeShells(t *testing.T) {
 	t.Parallel()
-	out, err := runCLIIn(t, "converge\nh1 ping 198.18.2.2 1\nnode r1\nroutes\nbogus\nquit\n", "up", "--config", "testdata/line.yaml", "--base-port", "-1")
+	out, err := runCLIIn(t, "converge\nh1 ping 198.18.2.2 1\nnode r1\nroutes\nbogus\nh9 ping 198.18.2.2\nquit\n", "up", "--config", "testdata/line.yaml", "--base-port", "-1")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, want := range []string{"converged in", "bytes from 198.18.2.2", "198.18.2.0/24", `error: unknown command "bogus"`} {
+	for _, want := range []string{"converged in", "bytes from 198.18.2.2", "198.18.2.0/24", `error: unknown command "bogus"`, `error: no node "h9"; nodes: `} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("up output lacks %q:\n%s", want, out)
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/flowplane/flowplane/internal/cli"
@@ -249,7 +250,7 @@ func StartNode(t *topo.Topology, name string, opts Options) (*Node, error) {
 		for _, n := range t.Nodes {
 			names = append(names, n.Name)
 		}
-		return nil, cli.Usagef("%s: no node %q; nodes are: %v", t.File, name, names)
+		return nil, cli.Usagef("%s: no node %q; nodes are: %s", t.File, name, strings.Join(names, ", "))
 	}
 	base, err := opts.basePort(t)
 	if err != nil {

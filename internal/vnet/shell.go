@@ -176,6 +176,9 @@ func (s *Shell) Exec(line string) error {
 	}
 	c := lookup(f[0])
 	if c == nil {
+		if len(f) > 1 && lookup(f[1]) != nil { // NODE COMMAND with a node that is not there
+			return cli.Usagef("no node %q; nodes: %s", f[0], s.nodeNames())
+		}
 		return cli.Usagef("unknown command %q; type help for the list", f[0])
 	}
 	if len(f)-1 < c.min {
