@@ -66,8 +66,9 @@ func (a *API) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(openAPI)
 	})
+	routes := jsonMisses(mux)
 	if a.Token == "" {
-		return mux
+		return routes
 	}
 	want := []byte("Bearer " + a.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -76,9 +77,39 @@ func (a *API) Handler() http.Handler {
 			writeJSON(w, http.StatusUnauthorized, apiError{Error: "missing or wrong bearer token (Authorization: Bearer TOKEN)"})
 			return
 		}
-		mux.ServeHTTP(w, r)
+		routes.ServeHTTP(w, r)
 	})
 }
+
+// jsonMisses answers what mux has no route for (404, or 405 with Allow) with the API's JSON
+// error object, as every other error, where the mux writes plain text.
+func jsonMisses(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r) // which sets the path's values
+			return
+		}
+		miss := &statusOnly{header: http.Header{}}
+		h.ServeHTTP(miss, r)
+		msg := fmt.Sprintf("no %s in this API (GET /openapi.json lists it)", r.URL.Path)
+		if allow := miss.header.Get("Allow"); miss.code == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", allow)
+			msg = fmt.Sprintf("%s %s: not allowed; allowed: %s", r.Method, r.URL.Path, allow)
+		}
+		writeJSON(w, miss.code, apiError{Error: msg})
+	})
+}
+
+// statusOnly keeps what a handler answers but its body.
+type statusOnly struct {
+	header http.Header
+	code   int
+}
+
+func (s *statusOnly) Header() http.Header         { return s.header }
+func (s *statusOnly) Write(b []byte) (int, error) { return len(b), nil }
+func (s *statusOnly) WriteHeader(code int)        { s.code = code }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -179,6 +180,13 @@ func TestAPI(t *testing.T) {
 	}
 	if code, _ := api.do("GET", "/periods/7000009", nil); code != 404 {
 		t.Errorf("missing period: %d", code)
+	}
+	// No such route, or not this method: the JSON error object, as for every error.
+	if code, body := api.do("GET", "/nosuch", nil); code != 404 || !strings.Contains(fmt.Sprint(body["error"]), "no /nosuch in this API") {
+		t.Errorf("unknown path: %d %v", code, body)
+	}
+	if code, body := api.do("DELETE", "/config", nil); code != 405 || !strings.Contains(fmt.Sprint(body["error"]), "DELETE /config: not allowed; allowed: GET") {
+		t.Errorf("unknown method: %d %v", code, body)
 	}
 
 	// Metrics and the OpenAPI document.
