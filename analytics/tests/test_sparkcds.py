@@ -207,3 +207,25 @@ def test_source_size_decides_c1(truth_dataset, monkeypatch):
     with contextlib.suppress(Stop):
         engine.connect(engine.Options(engine="spark"), full)
     assert asked == [True, False, False, False]
+
+
+def test_starts_where_the_host_name_does_not_resolve(tmp_path):
+    """A machine whose own host name is in no /etc/hosts (a minimal container or chroot): the
+    JVM's InetAddress.getLocalHost fails, and Spark with it, unless told to use the loopback
+    (engine.unresolved_host_env). A UTS namespace of the test's own gives it such a name."""
+    script = (
+        f"hostname fpnohost-{os.getpid()} && "
+        f"exec {sys.executable} -c 'from flowplane_analytics import engine; "
+        'print(engine.spark_session(master="local[1]").range(3).count())\''
+    )
+    env = {**os.environ, sparkcds.ENV: str(tmp_path)}
+    env.pop("SPARK_LOCAL_IP", None)
+    env.pop("SPARK_LOCAL_HOSTNAME", None)
+    r = subprocess.run(
+        ["unshare", "--uts", "sh", "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "3", r.stderr

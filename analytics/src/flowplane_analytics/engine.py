@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -116,6 +117,19 @@ def short_error(e: BaseException) -> str:
 _LOG4J = Path(__file__).with_name("spark-log4j2.properties")
 
 
+def unresolved_host_env() -> dict[str, str]:
+    """What Spark's JVMs need in their environment to run on this machine when its own host name
+    does not resolve (a minimal container or chroot whose /etc/hosts lacks it): the JVM's
+    InetAddress.getLocalHost fails there, and Spark with it. Empty when the name resolves, and
+    for a variable the user set."""
+    try:
+        socket.gethostbyname(socket.gethostname())
+        return {}
+    except OSError:
+        want = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOCAL_HOSTNAME": "localhost"}
+        return {k: v for k, v in want.items() if k not in os.environ}
+
+
 def spark_session(
     master: str | None = None,
     shuffle_partitions: int | None = None,
@@ -153,6 +167,8 @@ def spark_session(
         master = master or os.environ.get("SPARK_MASTER") or "local[*]"
         b = b.master(master)
         local = master.startswith("local")
+        if local or master.startswith(("spark://127.0.0.1:", "spark://localhost:")):
+            os.environ.update(unresolved_host_env())  # the driver's JVM reads it as it starts
     conf = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
