@@ -26,7 +26,7 @@ type Status struct {
 	File        string            `json:"file"`
 	Cgroup      string            `json:"cgroup"`
 	Generation  uint32            `json:"generation"`
-	Applied     time.Time         `json:"applied"`
+	Applied     time.Time         `json:"applied,omitzero"` // not with a leftover
 	ProgramID   uint32            `json:"program_id"`
 	LinkID      uint32            `json:"link_id"`
 	OtherSockOp []OtherProgram    `json:"other_sock_ops"`
@@ -115,7 +115,7 @@ func ReadStatus(name string, k Kernel) (*Status, error) {
 		return nil, err
 	}
 	st := &Status{Name: rec.Name, File: rec.File, Cgroup: cgroup.HostPath(rec.Cgroup), Applied: rec.Applied, OtherSockOp: []OtherProgram{},
-		Counters: map[string]uint64{}}
+		Counters: map[string]uint64{}, Settings: []SettingStatus{}}
 	pol, err := Parse(rec.File, []byte(rec.YAML), k)
 	if err != nil {
 		return nil, fmt.Errorf("the applied policy no longer validates on this kernel: %w", err)
