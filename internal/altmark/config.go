@@ -42,6 +42,7 @@ type Config struct {
 	FlowMonKeep *int64    `json:"flowmon_keep,omitempty"` // nil but with ipv6-altmark
 	DataDir     string    `json:"data_dir"`
 	IPFIX       *IPFIX    `json:"ipfix,omitempty"`
+	Warnings    []string  `json:"-"` // accepted, but worth saying (a short period)
 }
 
 // Interface is one monitored interface and the directions counted on it.
@@ -122,6 +123,7 @@ func ParseConfig(file string, data []byte) (*Config, error) {
 	if err := el.Err(); err != nil {
 		return nil, err
 	}
+	c.Warnings = el.Warnings
 	return c, nil
 }
 

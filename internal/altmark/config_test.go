@@ -62,6 +62,17 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
+// A short period is accepted with the warning the docs promise (probe run prints it).
+func TestConfigShortPeriodWarns(t *testing.T) {
+	cfg, err := ParseConfig("t.yaml", []byte("probe_id: p\ninterfaces: [{name: veth0}]\ncarrier: dscp\nperiod: 50ms\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Warnings) != 1 || !strings.HasPrefix(cfg.Warnings[0], "t.yaml:4: period: 50ms is short") {
+		t.Errorf("warnings = %q", cfg.Warnings)
+	}
+}
+
 // Every bad field is named, with its line, all at once.
 func TestConfigErrorsNameTheField(t *testing.T) {
 	for _, tc := range []struct {

@@ -3,7 +3,6 @@ package altmark
 import (
 	"fmt"
 	"io"
-	"log/slog"
 	"text/tabwriter"
 	"time"
 
@@ -87,9 +86,7 @@ func (a *markApply) run(cmd *cobra.Command) error {
 	if err != nil {
 		return cli.Usage(err)
 	}
-	for _, w := range c.Warnings {
-		slog.Warn(w)
-	}
+	cli.Warn(cmd, c.Warnings...)
 	if a.check {
 		fmt.Fprintf(cmd.OutOrStdout(), "%s: valid (%s, period %v)\n", a.file, c.Carrier, time.Duration(c.Period))
 		return nil

@@ -63,6 +63,7 @@ func (p *probeRun) run(cmd *cobra.Command) error {
 	if err != nil {
 		return cli.Usage(err)
 	}
+	cli.Warn(cmd, cfg.Warnings...)
 	if p.idle && p.listen == "" {
 		return cli.Usagef("--idle waits for POST /start, so it needs --listen")
 	}

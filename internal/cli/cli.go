@@ -102,6 +102,13 @@ func Cleaned(cmd *cobra.Command, p *attach.Problem) {
 	}
 }
 
+// Warn prints each warning of a configuration on cmd's stderr: "warning: file:line: field: …".
+func Warn(cmd *cobra.Command, warnings ...string) {
+	for _, w := range warnings {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
+	}
+}
+
 // PrintLeftovers lists, after a status, what a crash left (internal/attach) and which command
 // cleans it.
 func PrintLeftovers(w io.Writer, ps []attach.Problem, cleaner string) {

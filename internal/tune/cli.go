@@ -73,9 +73,7 @@ func applyCmd(name *string) *cobra.Command {
 					return cli.Usage(err)
 				}
 			}
-			for _, w := range pol.Warnings {
-				fmt.Fprintln(cmd.ErrOrStderr(), "warning:", w)
-			}
+			cli.Warn(cmd, pol.Warnings...)
 			if err := rlimit.RemoveMemlock(); err != nil {
 				return fmt.Errorf("remove memlock limit: %w", err)
 			}
