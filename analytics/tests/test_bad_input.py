@@ -271,6 +271,24 @@ def test_points_the_topology_does_not_name(ds, tmp_path, capsys):
     assert code == 0 and "no point of the topology names" not in err, err
 
 
+def test_two_period_lengths(ds, tmp_path, capsys):
+    """Records of two measurements in one directory (another period length at one probe): the
+    period numbers cannot be compared, so every metric and compact refuse them, naming both
+    lengths and their probes, instead of reporting absurd gaps."""
+    import pyarrow.parquet as pq
+
+    root = copy(ds, tmp_path)
+    for f in (root / "counters" / "probe=r6").glob("period=*/part-0.parquet"):
+        t = pq.read_table(f)
+        col = t.schema.get_field_index("period_ns")
+        t = t.set_column(col, "period_ns", [[500_000_000] * t.num_rows])
+        pq.write_table(t, f)
+    for cmd in (["loss", "-t", TOPO], ["delay", "-t", TOPO], ["compact"]):
+        code, _, err = run([*cmd, "-d", root], capsys)
+        bad_input(code, err, root, "2 period lengths: 500ms (probe r6); 1s (probes r1, r2, r3")
+        assert "a metric needs one" in err
+
+
 def test_several_bad_files(ds, tmp_path, capsys):
     root = copy(ds, tmp_path)
     files = [record(root, "counters", p, 0) for p in ("r1", "r2", "r6")]

@@ -489,7 +489,11 @@ def _setup(
     con = _connect(a, src)
     try:
         with _reading(a, src):
+            if src.layout == "raw":
+                engine.check_one_period_length(con, src)
             ds = engine.load(con, src)
+    except engine.EngineError as e:
+        raise UsageError(str(e)) from e
     except UsageError:
         raise
     except Exception as e:
@@ -507,7 +511,8 @@ def _warn_unnamed_points(con: Any, ds: engine.Dataset, aliases: Any) -> None:
     or an interface name that differs from the topology's leaves its points missing from every
     metric, which would otherwise read as probes that recorded nothing."""
     key = engine.MP_KEY
-    df = engine.execute(con, ds.mps.anti_join(aliases, key).select(*key).distinct())
+    # the counters (a row per point and period), not the samples: cheap at any size
+    df = engine.execute(con, ds.counters.select(*key).distinct().anti_join(aliases, key))
     if df.empty:
         return
     names = sorted(":".join(map(str, r)) for r in df[key].itertuples(index=False))
@@ -711,7 +716,10 @@ def run(argv: Sequence[str], known_bad: Sequence[filecheck.BadFile] = ()) -> int
         src = _locate(a, "raw")
         con = _connect(a, src)
         with _reading(a, src):
-            meta = engine.compact(con, src)
+            try:
+                meta = engine.compact(con, src)
+            except engine.EngineError as e:
+                raise UsageError(str(e)) from e
         print(
             f"compact: {a.data}/{engine.COMPACT}: {meta['counter_files']} probe periods "
             f"in {time.monotonic() - t:.1f} s",

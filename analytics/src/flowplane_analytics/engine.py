@@ -393,6 +393,37 @@ def _raw_tables(con: Any, src: Source) -> tuple[ir.Table, ir.Table]:
     return agg, s
 
 
+def _duration(ns: int) -> str:
+    """ns as the probes' configuration writes a period: 500ms, 1s, 2m."""
+    units = (("h", 3_600_000_000_000), ("m", 60_000_000_000), ("s", 10**9), ("ms", 10**6))
+    for unit, size in units:
+        if ns and ns % size == 0:
+            return f"{ns // size}{unit}"
+    return f"{ns}ns"
+
+
+def check_one_period_length(con: Any, src: Source) -> None:
+    """EngineError when the raw records hold more than one period length (records of two
+    measurements in one directory): their period numbers are ⌊TAI / L⌋ for different L, so no
+    metric can put them side by side."""
+    c = _read(con, src.root, "counters", src.counters)
+    if c is None:
+        return
+    c = c.mutate(probe=c.probe.cast("string"))
+    df = con.execute(c.select("period_ns", "probe").distinct())
+    if df["period_ns"].nunique() < 2:
+        return
+    lengths = []
+    for ns, g in sorted(df.groupby("period_ns")):
+        probes = sorted(map(str, g["probe"]))
+        what = f"probe {probes[0]}" if len(probes) == 1 else f"probes {', '.join(probes[:5])}"
+        lengths.append(f"{_duration(int(ns))} ({what}{' …' if len(probes) > 5 else ''})")
+    raise EngineError(
+        f"{src.root}: the records hold {len(lengths)} period lengths: {'; '.join(lengths)}; "
+        "a metric needs one: keep each measurement's records in a directory of its own"
+    )
+
+
 def _complete(agg: ir.Table, s: ir.Table) -> ir.Table:
     """A samples file without its counters file is not a complete period: ignore it."""
     return s.semi_join(agg.select("probe", "period").distinct(), ["probe", "period"])
@@ -656,6 +687,7 @@ def compact(
     if con.name == "pyspark":
         size_shuffles(con._session, src)
     n_files, state = _records_state(root)
+    check_one_period_length(con, src)
     agg, s_all = _raw_tables(con, src)
     # The complete (probe, period)s, once: each part then reads only its own files.
     done = ibis.memtable(
