@@ -212,13 +212,19 @@ def test_source_size_decides_c1(truth_dataset, monkeypatch):
 def test_starts_where_the_host_name_does_not_resolve(tmp_path):
     """A machine whose own host name is in no /etc/hosts (a minimal container or chroot): the
     JVM's InetAddress.getLocalHost fails, and Spark with it, unless told to use the loopback
-    (engine.unresolved_host_env). A UTS namespace of the test's own gives it such a name."""
+    (engine.jvm_environment). A UTS namespace of the test's own gives it such a name."""
     script = (
         f"hostname fpnohost-{os.getpid()} && "
         f"exec {sys.executable} -c 'from flowplane_analytics import engine; "
         'print(engine.spark_session(master="local[1]").range(3).count())\''
     )
-    env = {**os.environ, sparkcds.ENV: str(tmp_path)}
+    # AWS keys in the environment too: Spark looks the host name up to say where they came from
+    env = {
+        **os.environ,
+        sparkcds.ENV: str(tmp_path),
+        "AWS_ACCESS_KEY_ID": "fp",
+        "AWS_SECRET_ACCESS_KEY": "fp",
+    }
     env.pop("SPARK_LOCAL_IP", None)
     env.pop("SPARK_LOCAL_HOSTNAME", None)
     r = subprocess.run(

@@ -3,6 +3,7 @@ the dataset read the same way on either."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -13,7 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,17 +118,39 @@ def short_error(e: BaseException) -> str:
 _LOG4J = Path(__file__).with_name("spark-log4j2.properties")
 
 
-def unresolved_host_env() -> dict[str, str]:
-    """What Spark's JVMs need in their environment to run on this machine when its own host name
-    does not resolve (a minimal container or chroot whose /etc/hosts lacks it): the JVM's
-    InetAddress.getLocalHost fails there, and Spark with it. Empty when the name resolves, and
-    for a variable the user set."""
+_AWS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def jvm_environment(env: dict[str, str]) -> dict[str, str]:
+    """env as Spark's JVMs need it on this machine. Where its own host name does not resolve (a
+    minimal container or chroot whose /etc/hosts lacks it), the JVM's InetAddress.getLocalHost
+    fails, and Spark with it: they get the loopback (SPARK_LOCAL_IP, SPARK_LOCAL_HOSTNAME, unless
+    set) and no AWS keys, which make Spark look the host name up to say where keys came from;
+    the keys reach S3A through the session's configuration (storage) instead."""
     try:
         socket.gethostbyname(socket.gethostname())
-        return {}
+        return env
     except OSError:
-        want = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOCAL_HOSTNAME": "localhost"}
-        return {k: v for k, v in want.items() if k not in os.environ}
+        out = {k: v for k, v in env.items() if k not in _AWS_KEYS}
+        out.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        out.setdefault("SPARK_LOCAL_HOSTNAME", "localhost")
+        return out
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str] | None) -> Iterator[None]:
+    """os.environ is env inside (None: unchanged), as it was after."""
+    if env is None or env == os.environ:
+        yield
+        return
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def spark_session(
@@ -167,8 +190,6 @@ def spark_session(
         master = master or os.environ.get("SPARK_MASTER") or "local[*]"
         b = b.master(master)
         local = master.startswith("local")
-        if local or master.startswith(("spark://127.0.0.1:", "spark://localhost:")):
-            os.environ.update(unresolved_host_env())  # the driver's JVM reads it as it starts
     conf = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -202,8 +223,12 @@ def spark_session(
     conf.update(extra or {})
     for k, v in conf.items():
         b = b.config(k, v)
+    here = not submitted and (
+        local or master.startswith(("spark://127.0.0.1:", "spark://localhost:"))
+    )
     try:
-        s = b.getOrCreate()
+        with _environment(jvm_environment(dict(os.environ)) if here else None):
+            s = b.getOrCreate()  # the driver's JVM takes this process's environment as it starts
     except Exception as e:
         where = master or "from spark-submit"
         raise EngineError(

@@ -150,7 +150,7 @@ def up(
         "SPARK_NO_DAEMONIZE": "1",
         "JAVA_HOME": env.get("JAVA_HOME") or str(Path(java).resolve().parents[1]),
     }
-    env |= engine.unresolved_host_env()
+    env = engine.jvm_environment(env)
     c = Cluster(str(d), f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web_port}", [])
 
     def start(name: str, *args: str) -> None:
