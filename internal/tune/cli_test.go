@@ -114,15 +114,7 @@ func TestExplainCLI(t *testing.T) {
 // TestRemoveMovesProcesses: remove takes down the cgroup apply created even while a process
 // started in it (`tune exec`) still runs: the process is moved to the parent cgroup first.
 func TestRemoveMovesProcesses(t *testing.T) {
-	testenv.Privileged(t)
-	root, err := cgroup.Mount()
-	if err != nil {
-		testenv.Unavailable(t, "%v", err)
-	}
-	good := filepath.Join(t.TempDir(), "good.yaml")
-	if err := os.WriteFile(good, []byte("profiles: {a: {cwnd_clamp: 10}}\nrules: [{profile: a}]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	root, good := cgroupAndPolicy(t)
 	name := testenv.Name("tune")
 	if out, err := runCLI("--name", name, "apply", "--config", good); err != nil || !strings.HasPrefix(out, "tune: applied policy "+name+" on cgroup ") || strings.Count(out, "\n") != 1 {
 		t.Fatalf("apply: %v\n%s", err, out)
@@ -195,15 +187,7 @@ func TestRunInStopsOnCancel(t *testing.T) {
 // that still reads (the program lives on with the cgroup's sockets, or its link is gone: a
 // leftover), and remove still takes it away.
 func TestStatusAfterCgroupRemoved(t *testing.T) {
-	testenv.Privileged(t)
-	root, err := cgroup.Mount()
-	if err != nil {
-		testenv.Unavailable(t, "%v", err)
-	}
-	good := filepath.Join(t.TempDir(), "good.yaml")
-	if err := os.WriteFile(good, []byte("profiles: {a: {cwnd_clamp: 10}}\nrules: [{profile: a}]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	root, good := cgroupAndPolicy(t)
 	name := testenv.Name("tune")
 	cg := filepath.Join(root, name)
 	if err := os.Mkdir(cg, 0o755); err != nil {
@@ -223,4 +207,19 @@ func TestStatusAfterCgroupRemoved(t *testing.T) {
 	if out, err := runCLI("--name", name, "remove"); err != nil {
 		t.Errorf("remove after the cgroup was removed: %v\n%s", err, out)
 	}
+}
+
+// cgroupAndPolicy is the cgroup v2 mount and a valid policy file, for a privileged test.
+func cgroupAndPolicy(t *testing.T) (root, file string) {
+	t.Helper()
+	testenv.Privileged(t)
+	root, err := cgroup.Mount()
+	if err != nil {
+		testenv.Unavailable(t, "%v", err)
+	}
+	file = filepath.Join(t.TempDir(), "good.yaml")
+	if err := os.WriteFile(file, []byte("profiles: {a: {cwnd_clamp: 10}}\nrules: [{profile: a}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root, file
 }
