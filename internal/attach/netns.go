@@ -48,12 +48,14 @@ func ThisNetns() (string, error) {
 			return "", err
 		}
 	case !errors.Is(err, os.ErrNotExist):
-		return "", err
+		return "", fmt.Errorf("read the tag of network namespace %s: %w", id, err)
 	}
-	// Untagged: a new namespace, or one whose instances an older flowplane made (kept).
+	// Untagged: a new namespace, or one whose instances an older flowplane made (kept). A tag
+	// that cannot be written (a read-only /run) costs only the telling apart.
 	tag.Cookie = cookie
 	if err := runstate.Save(netnsTags, id, &tag); err != nil {
-		return "", err
+		slog.Debug("cannot tag the network namespace", "netns", id, "err", err)
+		return id, nil
 	}
 	dropIdleTags(id)
 	return id, nil
