@@ -489,8 +489,6 @@ def _setup(
     con = _connect(a, src)
     try:
         with _reading(a, src):
-            if src.layout == "raw":
-                engine.check_one_period_length(con, src)
             ds = engine.load(con, src)
     except engine.EngineError as e:
         raise UsageError(str(e)) from e

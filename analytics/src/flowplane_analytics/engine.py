@@ -659,13 +659,16 @@ def load(
     skip_bad: bool = False,
 ) -> Dataset:
     """The dataset under root (a local directory or s3://BUCKET/PREFIX), located and
-    checked by `locate` unless root is a Source already."""
+    checked by `locate` unless root is a Source already; raw records of two period lengths are
+    an EngineError (check_one_period_length)."""
     src = root if isinstance(root, Source) else locate(root, layout, skip_bad)
     if storage.is_s3(src.root):
         if con.name == "duckdb":
             storage.duckdb_register(con.con)
         else:
             storage.spark_register(con._session)
+    if src.layout == "raw":
+        check_one_period_length(con, src)
     if con.name == "pyspark":
         size_shuffles(con._session, src)
     ds = load_compact(con, src.root) if src.layout == "compact" else load_raw(con, src)
