@@ -43,7 +43,9 @@ func ThisNetns() (string, error) {
 	case err == nil && tag.Cookie == cookie:
 		return id, nil
 	case err == nil:
-		slog.Warn("removing what flowplane had in a deleted network namespace with this one's inode", "netns", id)
+		if held(id) {
+			slog.Warn("removing what flowplane had in a deleted network namespace with this one's inode", "netns", id)
+		}
 		if err := ForgetNetns(st.Ino); err != nil {
 			return "", err
 		}
@@ -66,19 +68,27 @@ func ThisNetns() (string, error) {
 // apart. A tag younger than a minute stays: its command may be making its instance.
 func dropIdleTags(keep string) {
 	tags, _ := runstate.Names(netnsTags)
-	pins, _ := os.ReadDir(pin.Path())
 	for _, id := range tags {
 		st, err := os.Stat(runstate.Path(netnsTags, id))
-		held := id == keep || err != nil || time.Since(st.ModTime()) < time.Minute || len(netnsRecords(id)) > 0
-		for _, s := range pins {
-			if _, err := os.Stat(pin.Path(s.Name(), id)); err == nil {
-				held = true
-			}
+		if id == keep || err != nil || time.Since(st.ModTime()) < time.Minute || held(id) {
+			continue
 		}
-		if !held {
-			_ = runstate.Remove(netnsTags, id)
+		_ = runstate.Remove(netnsTags, id)
+	}
+}
+
+// held says whether any subsystem has records or pins of namespace id.
+func held(id string) bool {
+	if len(netnsRecords(id)) > 0 {
+		return true
+	}
+	pins, _ := os.ReadDir(pin.Path())
+	for _, s := range pins {
+		if _, err := os.Stat(pin.Path(s.Name(), id)); err == nil {
+			return true
 		}
 	}
+	return false
 }
 
 // netnsCookie is the calling thread's network namespace cookie (SO_NETNS_COOKIE).

@@ -1,9 +1,12 @@
 package attach_test
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,8 +77,23 @@ func TestForgetsADeletedNamespace(t *testing.T) {
 		if err := runstate.Save("netns", id, &tag); err != nil {
 			return err
 		}
+		var log bytes.Buffer
+		defer slog.SetDefault(slog.Default())
+		slog.SetDefault(slog.New(slog.NewTextHandler(&log, nil)))
 		if again, err := attach.ThisNetns(); err != nil || again != id {
 			t.Errorf("the id after the inode's reuse: %q, %v; want %q", again, err, id)
+		}
+		if !strings.Contains(log.String(), "removing what flowplane had in a deleted network namespace") {
+			t.Errorf("no warning on removing a deleted namespace's instances: %q", log.String())
+		}
+		// Reused again, the deleted namespace holding nothing (a status asked there): silent.
+		log.Reset()
+		tag.Cookie = real + 1
+		if err := runstate.Save("netns", id, &tag); err != nil {
+			return err
+		}
+		if _, err := attach.ThisNetns(); err != nil || log.Len() != 0 {
+			t.Errorf("a namespace that held nothing: %v, log %q", err, log.String())
 		}
 		if _, err := os.Stat(pin.Path(sub, id)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the deleted namespace's pins are still there: %v", err)
