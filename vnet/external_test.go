@@ -61,6 +61,18 @@ func main() {
 	}
 	_, err = nw.Node("h1").Dial(ctx, "198.18.2.2:81")
 	fmt.Printf("%s; refused: %v\n", b, errors.Is(err, vnet.ErrRefused))
+
+	// Bad input is a *vnet.UsageError: a topology, a TCP configuration not whole, an unknown
+	// congestion control.
+	var ue *vnet.UsageError
+	_, err = vnet.ParseTopology("bad.yaml", []byte("nodes: {h1: {}}\nlinks: [{endpoints: [h1, h9]}]\n"))
+	fmt.Println("topology:", errors.As(err, &ue), err)
+	_, err = vnet.Start(t, vnet.Options{BasePort: -1, TCP: vnet.TCPConfig{CC: "reno"}})
+	fmt.Println("partial TCP:", errors.As(err, &ue), err)
+	tcp := vnet.DefaultTCPConfig()
+	tcp.CC = "bbr"
+	_, err = vnet.Start(t, vnet.Options{BasePort: -1, TCP: tcp})
+	fmt.Println("cc:", errors.As(err, &ue), err)
 }
 `
 
@@ -88,7 +100,19 @@ func TestImportableFromAnotherModule(t *testing.T) {
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
 	out, err := cmd.CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "hello over vnet; refused: true" {
+	want := []string{
+		"hello over vnet; refused: true",
+		`topology: true bad.yaml:2: links[0].endpoints[1]: unknown node "h9"; nodes are: h1`,
+		"partial TCP: true Options.TCP: SendBuf, RecvBuf, MinRTO, InitialRTO, MSL, SynRetries, MaxRetries, Backlog not set",
+		`cc: true Options.TCP: unknown congestion control "bbr"; use reno or cubic`,
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err != nil || len(lines) != len(want) {
 		t.Fatalf("go run in another module: %v\n%s", err, out)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("line %d: %q, want %q…", i+1, lines[i], w)
+		}
 	}
 }

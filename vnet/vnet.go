@@ -11,7 +11,10 @@
 package vnet
 
 import (
+	"errors"
+
 	"github.com/flowplane/flowplane/internal/cli"
+	"github.com/flowplane/flowplane/internal/config"
 	"github.com/flowplane/flowplane/internal/topo"
 	iv "github.com/flowplane/flowplane/internal/vnet"
 	"github.com/flowplane/flowplane/internal/vnet/tcp"
@@ -49,14 +52,25 @@ var (
 	ErrNoRoute      = iv.ErrNoRoute
 )
 
-// LoadTopology reads and validates a topology file; every problem is in the error, with its
-// line.
-func LoadTopology(path string) (*Topology, error) { return topo.Load(path) }
+// LoadTopology reads and validates a topology file: a problem in it is a *UsageError naming
+// its line (every problem at once); a file that cannot be read, the os error.
+func LoadTopology(path string) (*Topology, error) { return usage(topo.Load(path)) }
 
 // ParseTopology validates a topology held in memory; file names it in errors.
-func ParseTopology(file string, data []byte) (*Topology, error) { return topo.Parse(file, data) }
+func ParseTopology(file string, data []byte) (*Topology, error) {
+	return usage(topo.Parse(file, data))
+}
 
-// DefaultTCPConfig is the TCP configuration Options gets when its TCP is zero.
+func usage(t *Topology, err error) (*Topology, error) {
+	var es config.Errors
+	if errors.As(err, &es) {
+		return nil, cli.Usage(err)
+	}
+	return t, err
+}
+
+// DefaultTCPConfig is the TCP configuration Options gets when its TCP is zero; a TCP
+// configuration of one's own starts from it (Start refuses one with a field left zero).
 func DefaultTCPConfig() TCPConfig { return tcp.DefaultConfig() }
 
 // Start runs every node of t in this process and starts their links and RIP.

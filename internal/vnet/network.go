@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"reflect"
 	"strings"
 	"time"
 
@@ -32,9 +33,12 @@ type Options struct {
 	TAPs     []TAPSpec // extra interfaces on TAP devices (root only)
 }
 
-func (o *Options) fill() {
-	if o.TCP.SendBuf == 0 {
+// fill sets the defaults of what o leaves zero, and checks a TCP configuration it gives.
+func (o *Options) fill() error {
+	if reflect.ValueOf(o.TCP).IsZero() {
 		o.TCP = tcp.DefaultConfig()
+	} else if err := o.TCP.Check(); err != nil {
+		return cli.Usagef("Options.TCP: %v", err)
 	}
 	if o.RIP.Period == 0 {
 		o.RIP = rip.DefaultConfig()
@@ -45,6 +49,7 @@ func (o *Options) fill() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	return nil
 }
 
 // BasePortFor derives the UDP base port of a topology from its name: deterministic, so every
@@ -79,7 +84,9 @@ func (nw *Network) LinkEnds(l *topo.Link) [2]*link.UDP { return nw.links[l] }
 
 // Start runs every node of t in this process, links over UDP on the loopback interface.
 func Start(t *topo.Topology, opts Options) (*Network, error) {
-	opts.fill()
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
 	base, err := opts.basePort(t)
 	if err != nil {
 		return nil, err
@@ -243,7 +250,9 @@ func (nw *Network) Close() {
 // StartNode runs one node of t in this process; its neighbours are other processes that found
 // the same UDP ports from the same file.
 func StartNode(t *topo.Topology, name string, opts Options) (*Node, error) {
-	opts.fill()
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
 	tn := t.Node(name)
 	if tn == nil {
 		var names []string

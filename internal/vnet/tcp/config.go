@@ -10,7 +10,9 @@ package tcp
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/flowplane/flowplane/internal/vnet/clock"
@@ -39,6 +41,32 @@ type Config struct {
 	// ISN returns initial sequence numbers; nil means random (RFC 9293 3.4.1 wants them
 	// unpredictable). Tests set it to start near 2^32 to exercise wraparound.
 	ISN func() uint32
+}
+
+// Check says what in c cannot work (a zero buffer or timer, an unknown congestion control):
+// a Config is whole, so one of the library's own starts from DefaultConfig.
+func (c Config) Check() error {
+	var bad []string
+	for _, f := range []struct {
+		name string
+		zero bool
+	}{
+		{"SendBuf", c.SendBuf <= 0}, {"RecvBuf", c.RecvBuf <= 0}, {"MinRTO", c.MinRTO <= 0},
+		{"MaxRTO", c.MaxRTO < c.MinRTO}, {"InitialRTO", c.InitialRTO <= 0},
+		{"AckDelay", c.DelayedAck && c.AckDelay <= 0}, {"KeepIdle", c.KeepAlive && c.KeepIdle <= 0},
+		{"KeepInterval", c.KeepAlive && c.KeepInterval <= 0}, {"KeepCount", c.KeepAlive && c.KeepCount <= 0},
+		{"MSL", c.MSL <= 0}, {"SynRetries", c.SynRetries <= 0}, {"MaxRetries", c.MaxRetries <= 0},
+		{"Backlog", c.Backlog <= 0},
+	} {
+		if f.zero {
+			bad = append(bad, f.name)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%s not set (or out of range); start from the defaults (DefaultConfig) and change what you need", strings.Join(bad, ", "))
+	}
+	_, err := NewCC(c.CC)
+	return err
 }
 
 // DefaultConfig is what vnet uses unless told otherwise.
