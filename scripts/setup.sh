@@ -10,7 +10,7 @@ apt_packages=(
 	conntrack nftables                           # nf_conntrack reference
 	python3-venv openjdk-17-jre-headless         # analytics (venv; the JVM for Spark)
 	maven                                        # analytics: Spark's S3A jars (analytics/jars)
-	man-db groff-base                            # the release smoke test renders a man page
+	man-db groff-base bash-completion            # the release smoke test: a man page, a completion
 	ca-certificates                              # HTTPS: the Go toolchain, pip, Maven
 )
 missing=()

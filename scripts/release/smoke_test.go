@@ -312,6 +312,12 @@ func TestReleaseSmoke(t *testing.T) {
 		if !strings.Contains(out, "complete") || !strings.HasSuffix(strings.TrimSpace(out), " flowplane") {
 			t.Fatalf("complete -p flowplane: %q", out)
 		}
+		// Tab after "flowplane conntr", as bash does it with the bash-completion package loaded.
+		tab := "source /usr/share/bash-completion/bash_completion; source " + filepath.Join(top, "completions/flowplane.bash") +
+			`; COMP_WORDS=(flowplane conntr); COMP_CWORD=1; COMP_LINE="flowplane conntr"; COMP_POINT=${#COMP_LINE}; __start_flowplane; echo "${COMPREPLY[*]}"`
+		if out := s.run("bash", "-c", tab); strings.TrimSpace(out) != "conntrack" {
+			t.Fatalf("bash completion of 'flowplane conntr': %q, want conntrack", out)
+		}
 		if out := s.run("flowplane", "__complete", "conntrack", ""); !strings.Contains(out, "run\t") {
 			t.Fatalf("flowplane __complete conntrack '':\n%s", out)
 		}
