@@ -37,6 +37,15 @@ def ds(tmp_path_factory):
     return root
 
 
+def test_version(capsys):
+    from flowplane_analytics import __version__
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out == f"flowplane-analytics {__version__}\n"
+
+
 def test_clusters_table_and_png(tmp_path, capsys):
     png = tmp_path / "g.png"
     assert (

@@ -16,9 +16,20 @@ from typing import Any
 
 import pandas as pd
 
+from . import (
+    __version__,
+    engine,
+    filecheck,
+    metrics,
+    output,
+    records,
+    sparkcluster,
+    storage,
+    synth,
+    topology,
+)
 from . import clusters as clus
 from . import collect as coll
-from . import engine, filecheck, metrics, output, records, sparkcluster, storage, synth, topology
 
 # Exit codes: 0 done; 1 a probe failed (collect) or an internal error; 2 bad input (a flag,
 # the topology, the dataset), said in one line before anything was written; 3 an alarm with
@@ -194,6 +205,7 @@ def parser() -> argparse.ArgumentParser:
         prog="flowplane-analytics",
         description="altmark analytics: RFC 9342 clusters, loss and delay from period records",
     )
+    ap.add_argument("--version", action="version", version=f"flowplane-analytics {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("collect", help="pull period records from probes' REST APIs")
