@@ -85,8 +85,8 @@ func (c *Collector) Root(data []byte, what string) *yaml.Node {
 }
 
 // yamlParserProblems are the messages of yaml.v3's parser errors, whose "line N" counts from 0
-// (and is left out for the first line), where its scanner errors count from 1. The line is where
-// the construct the parser gave up on begins: a flow sequence's "[", a block mapping's first key.
+// (and is left out for the first line), where its scanner errors count from 1; the line is
+// where the construct the parser gave up on begins.
 var yamlParserProblems = []string{
 	"did not find expected ',' or ']'", "did not find expected ',' or '}'",
 	"did not find expected '-' indicator", "did not find expected <document start>",
@@ -95,23 +95,44 @@ var yamlParserProblems = []string{
 	"found duplicate %YAML directive", "found incompatible YAML document", "found undefined tag handle",
 }
 
+// yamlUnclosed are the errors of a flow collection left open: its "[" or "{" is the line to
+// fix, where it begins.
+var yamlUnclosed = []string{"did not find expected ',' or ']'", "did not find expected ',' or '}'"}
+
 var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
 
 // syntaxError splits yaml.v3's syntax error into the line (1-based; 0 when unknown) and the
-// message.
+// message. The line is the opening bracket of a flow collection left open; for any other error
+// the first line at which the file stops parsing with that error (yaml.v3 names where the
+// enclosing construct begins: a tab is reported on the line above it, an item in a mapping on
+// the mapping's first key).
 func syntaxError(err error, data []byte) (int, string) {
 	m := yamlLine.FindStringSubmatch(err.Error())
 	if m == nil {
 		return 0, err.Error()
 	}
 	line, _ := strconv.Atoi(m[1])
-	if slices.Contains(yamlParserProblems, m[2]) {
-		// At the end of the file the parser points past the last line.
-		lines := strings.Count(strings.TrimSuffix(string(data), "\n"), "\n") + 1
-		line = min(line+1, lines)
+	msg := m[2]
+	lines := strings.SplitAfter(strings.TrimSuffix(string(data), "\n"), "\n")
+	if slices.Contains(yamlParserProblems, msg) {
+		line = min(line+1, len(lines)) // at the end of the file the parser points past it
 	}
-	return line, m[2]
+	if slices.Contains(yamlUnclosed, msg) {
+		return line, msg
+	}
+	for n := max(line-1, 1); n <= len(lines) && n <= line+maxLookahead; n++ {
+		var doc yaml.Node
+		e := yaml.Unmarshal([]byte(strings.Join(lines[:n], "")), &doc)
+		if sm := yamlLine.FindStringSubmatch(fmt.Sprint(e)); e != nil && sm != nil && sm[2] == msg {
+			return n, msg
+		}
+	}
+	return line, msg
 }
+
+// maxLookahead bounds syntaxError's search past the line yaml.v3 names (each step parses the
+// file up to a line again).
+const maxLookahead = 200
 
 // EachKey calls fn for each key of mapping v, reporting keys not in known and keys given twice.
 // A null value ("h1:" with nothing after it) is an empty mapping.
