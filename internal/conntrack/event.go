@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf/ringbuf"
@@ -15,12 +16,14 @@ import (
 
 // Event is a record of the ring buffer.
 type Event struct {
-	Time  time.Time `json:"time"`
-	Type  string    `json:"type"`
-	Proto string    `json:"proto"`
-	State string    `json:"state,omitempty"`
-	Orig  Tuple     `json:"orig"`
-	Reply Tuple     `json:"reply"`
+	Time      time.Time `json:"time"`
+	Type      string    `json:"type"`
+	Proto     string    `json:"proto"`
+	State     string    `json:"state,omitempty"`
+	Orig      Tuple     `json:"orig"`
+	Reply     Tuple     `json:"reply"`
+	SeenReply bool      `json:"seen_reply"`
+	Assured   bool      `json:"assured"`
 }
 
 // Stamped is ev's line with its time first, as conntrack -E -o timestamp prints it:
@@ -30,12 +33,23 @@ func (ev Event) Stamped() string {
 	return fmt.Sprintf("[%d.%06d]\t%s", us/1e6, us%1e6, ev)
 }
 
+// String is ev as conntrack -E prints it, but for the timeout, which events do not carry:
+// "    [NEW] tcp      6 SYN_SENT src=… [UNREPLIED] src=…".
 func (ev Event) String() string {
-	s := fmt.Sprintf("[%s] %s", ev.Type, ev.Proto)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%9s %-8s %d ", "["+ev.Type+"]", ev.Proto, protoNumber(ev.Proto))
 	if ev.State != "" {
-		s += " " + ev.State
+		b.WriteString(ev.State + " ")
 	}
-	return s + " " + ev.Orig.String(ev.Proto) + " " + ev.Reply.String(ev.Proto)
+	b.WriteString(ev.Orig.String(ev.Proto) + " ")
+	if !ev.SeenReply {
+		b.WriteString("[UNREPLIED] ")
+	}
+	b.WriteString(ev.Reply.String(ev.Proto))
+	if ev.Assured {
+		b.WriteString(" [ASSURED]")
+	}
+	return b.String()
 }
 
 // EventReader reads the events that happen from the moment it was opened, as conntrack -E
@@ -87,7 +101,8 @@ func (r *EventReader) Read(ctx context.Context, fn func(Event)) error {
 		if ev.Type == uint32(ctCtEventTypeCT_EVENT_DESTROY) {
 			typ = "DESTROY"
 		}
-		out := Event{Time: r.wall.Add(time.Duration(ev.Ts - r.since)), Type: typ, Proto: e.Proto, Orig: e.Orig, Reply: e.Reply}
+		out := Event{Time: r.wall.Add(time.Duration(ev.Ts - r.since)), Type: typ, Proto: e.Proto, Orig: e.Orig, Reply: e.Reply,
+			SeenReply: e.SeenReply, Assured: e.Assured}
 		if e.Proto == "tcp" {
 			out.State = e.State
 		}

@@ -251,11 +251,12 @@ func TestEvents(t *testing.T) {
 	if removed, _, err := f.tables.Sweep(); err != nil || removed != 2 {
 		t.Fatalf("sweep removed %d (%v), want the TCP and the other UDP entry", removed, err)
 	}
-	var got []string
+	var got, lines []string
 	for len(got) < 9 {
 		select {
 		case e := <-evs:
 			got = append(got, e.Type+" "+e.State+" "+e.Orig.String(e.Proto))
+			lines = append(lines, e.String())
 			if e.Time.Before(opened.Add(-time.Second)) || e.Time.After(time.Now().Add(time.Second)) {
 				t.Errorf("event %s dated %v, opened at %v", got[len(got)-1], e.Time, opened)
 			}
@@ -271,6 +272,13 @@ func TestEvents(t *testing.T) {
 	slices.Sort(got[7:])
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("events\n%q\nwant\n%q", got, want)
+	}
+	// The text lines as conntrack -E prints them (but for the timeout).
+	if want := "    [NEW] tcp      6 SYN_SENT " + orig + " [UNREPLIED] src=198.18.2.10 dst=198.18.1.10 sport=80 dport=40000"; lines[0] != want {
+		t.Errorf("text line\n%q\nwant\n%q", lines[0], want)
+	}
+	if want := "[DESTROY] tcp      6 CLOSE " + orig + " [UNREPLIED] src=198.18.2.10 dst=198.18.1.10 sport=80 dport=40000"; lines[1] != want {
+		t.Errorf("text line\n%q\nwant\n%q", lines[1], want)
 	}
 	cancel()
 	if err := <-done; err != nil {
