@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"syscall"
 
 	"github.com/flowplane/flowplane/internal/cli"
 	"github.com/spf13/cobra"
@@ -69,6 +70,8 @@ func runAnalytics(ctx context.Context, exe string, args []string) error {
 		ctx = context.Background()
 	}
 	c := exec.CommandContext(ctx, exe, args...)
+	// flowplane's SIGINT or SIGTERM passed on as SIGTERM: the analytics stop their Spark cleanly
+	c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
 	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
 	err := cli.Run(c)
 	if err != nil && !cli.Quiet(err) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,12 +36,22 @@ func ThisNetns() (string, error) {
 	if !ok { // before Linux 5.14: ids as they are
 		return id, nil
 	}
+	// One command at a time reads, forgets and writes tags: a second one in a reused namespace
+	// then finds the tag the first wrote, and removes nothing the first made since.
+	unlock, err := lock(netnsTags, unix.LOCK_EX)
+	if err != nil {
+		slog.Debug("cannot lock the network namespace tags", "err", err)
+		return id, nil
+	}
+	defer unlock()
 	var tag struct {
 		Cookie uint64 `json:"cookie"`
 	}
-	err := runstate.Load(netnsTags, id, &tag)
+	err = runstate.Load(netnsTags, id, &tag)
 	switch {
 	case err == nil && tag.Cookie == cookie:
+		now := time.Now() // in use: dropIdleTags leaves it alone a while longer
+		_ = os.Chtimes(runstate.Path(netnsTags, id), now, now)
 		return id, nil
 	case err == nil:
 		if held(id) {
@@ -119,13 +130,17 @@ func ForgetNetns(ino uint64) error {
 	return nil
 }
 
+// namedByUsers are the subsystems whose records are named by users (a lab, a tune policy),
+// never by a namespace: a lab may be called ns4026532177.
+var namedByUsers = []string{netnsTags, "lab", "tune"}
+
 // netnsRecords lists the records (subsystem, name) of namespace id's instances: named id, or
 // id-… (runstate names of attach.Instance pins).
 func netnsRecords(id string) [][2]string {
 	subs, _ := os.ReadDir(runstate.Root)
 	var out [][2]string
 	for _, s := range subs {
-		if !s.IsDir() || s.Name() == netnsTags {
+		if !s.IsDir() || slices.Contains(namedByUsers, s.Name()) {
 			continue
 		}
 		names, _ := runstate.Names(s.Name())

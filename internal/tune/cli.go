@@ -139,7 +139,11 @@ func RunIn(ctx context.Context, cgroupPath string, argv []string, stdin io.Reade
 		return err
 	}
 	defer fd.Close()
-	return cli.Run(c)
+	err = cli.Run(c)
+	if errors.Is(err, syscall.EBUSY) { // clone3 into a cgroup that is not a leaf
+		return fmt.Errorf("run %s in cgroup %s: %w: the cgroup enables controllers for its children, so it takes no process; give a cgroup without children", argv[0], cgroup.HostPath(cgroupPath), err)
+	}
+	return err
 }
 
 func explainCmd(name *string) *cobra.Command {
