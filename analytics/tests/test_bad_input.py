@@ -424,6 +424,7 @@ def test_schema_is_package_data():
         ("links:\n  - [a, b, c]\n", ":2: links[0]: want [FROM, TO]"),
         ("links:\n  - [a, b]\n  - [a, a]\n", ":3: links[1]: a link from a to itself"),
         ("links:\n  - {from: b, to: b}\n", ":2: links[0]: a link from b to itself"),
+        ("links:\n  - {from: a, from: a}\n", ":2: links[0].to: missing"),
         ("links: {a: b}\n", ":1: links: must be a list"),
         (
             "nodes: {h1: {}, h2: {}}\nlinks: [{endpoints: [h1, h2]}]\n",

@@ -45,6 +45,10 @@ type Config struct {
 	Warnings    []string  `json:"-"` // accepted, but worth saying (a short period)
 }
 
+// startCheck is the File of the errors of the checks made at start (interfaces, data_dir):
+// probe run puts its --config file there.
+const startCheck = "config"
+
 // Interface is one monitored interface and the directions counted on it.
 type Interface struct {
 	Name      string `json:"name"`
@@ -559,7 +563,7 @@ func (c *Config) CheckInterfaces() error {
 	var errs config.Errors
 	for i, ifc := range c.Interfaces {
 		if _, err := net.InterfaceByName(ifc.Name); err != nil {
-			errs = append(errs, config.Error{File: "config", Field: fmt.Sprintf("interfaces[%d].name", i), Msg: fmt.Sprintf("no interface %q in this network namespace", ifc.Name)})
+			errs = append(errs, config.Error{File: startCheck, Field: fmt.Sprintf("interfaces[%d].name", i), Msg: fmt.Sprintf("no interface %q in this network namespace", ifc.Name)})
 		}
 	}
 	if len(errs) > 0 {

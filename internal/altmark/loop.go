@@ -179,7 +179,7 @@ func (r *Runner) Start() error {
 // A directory that cannot be made or written is the configuration's error (exit 2, 400).
 func prepareDir(s Store) error {
 	unusable := func(err error) error {
-		return config.Errors{{File: "config", Field: "data_dir", Msg: fmt.Sprintf("cannot hold the records: %v; give a writable directory", err)}}
+		return config.Errors{{File: startCheck, Field: "data_dir", Msg: fmt.Sprintf("cannot hold the records: %v; give a writable directory", err)}}
 	}
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		return unusable(err)

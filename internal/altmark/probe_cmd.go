@@ -80,7 +80,7 @@ func (p *probeRun) run(cmd *cobra.Command) error {
 		}
 	}
 	// main cancels the context on SIGINT or SIGTERM; a second one ends the process.
-	return runProbe(cmd.Context(), cfg, probeOptions{listen: p.listen, token: token, idle: p.idle, exitWhenDone: p.exitWhenDone}, OpenProbe, nil)
+	return runProbe(cmd.Context(), cfg, probeOptions{listen: p.listen, token: token, idle: p.idle, exitWhenDone: p.exitWhenDone, file: p.cfgFile}, OpenProbe, nil)
 }
 
 func probeRunCommand() *cobra.Command {
@@ -106,6 +106,7 @@ Nothing stays attached after it exits.`,
 // probeOptions are the command's flags besides the configuration.
 type probeOptions struct {
 	listen, token      string
+	file               string // the configuration's, named in the errors of the checks at start
 	idle, exitWhenDone bool
 }
 
@@ -141,7 +142,12 @@ func runProbe(ctx context.Context, cfg *Config, o probeOptions, open func(ProbeS
 		if err := r.Start(); err != nil {
 			var es config.Errors
 			if errors.As(err, &es) {
-				return cli.Usage(err)
+				for i := range es {
+					if es[i].File == startCheck {
+						es[i].File = o.file
+					}
+				}
+				return cli.Usage(es)
 			}
 			return err
 		}

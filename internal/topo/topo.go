@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/flowplane/flowplane/internal/config"
@@ -160,7 +161,14 @@ func ParseNamed(file string, data []byte, name string) (*Topology, error) {
 			for i := range spec.links {
 				checkEnds(el, spec, i)
 			}
-			errs = append(errs, el.Errs...)
+			// each in its place among the others, by line
+			for _, e := range el.Errs {
+				i := len(errs)
+				for i > 0 && errs[i-1].Line > e.Line {
+					i--
+				}
+				errs = slices.Insert(errs, i, e)
+			}
 		}
 		return nil, errs
 	}

@@ -29,9 +29,9 @@ func TestParseBadFiles(t *testing.T) {
 			[]string{`bad.yaml:4: links[0].endpoints[1]: unknown node "c"; nodes are: a, b`}},
 		{"unknown node and a bad value", "name: x\nnodes: {a: {kind: switch}, b: {}}\nlinks:\n  - endpoints: [a, c]\n    rate: fast\n  - endpoints: [{node: b, ipv4: 1}, a]\n", []string{
 			`bad.yaml:2: nodes.a.kind: unknown kind "switch"; use host or router`,
+			`bad.yaml:4: links[0].endpoints[1]: unknown node "c"; nodes are: a, b`,
 			`bad.yaml:5: links[0].rate: "fast" is not a rate; write a number and a unit, e.g. 100mbit or 1gbit`,
-			`bad.yaml:6: links[1].endpoints[0].ipv4: "1" is not an address with prefix length, e.g. 198.18.1.1/24 or fd00:1::1/64`,
-			`bad.yaml:4: links[0].endpoints[1]: unknown node "c"; nodes are: a, b`}},
+			`bad.yaml:6: links[1].endpoints[0].ipv4: "1" is not an address with prefix length, e.g. 198.18.1.1/24 or fd00:1::1/64`}},
 		{"self link", "name: x\nnodes: {a: {}, b: {}}\nlinks:\n  - endpoints: [a, a]\n",
 			[]string{`bad.yaml:4: links[0].endpoints: both endpoints are "a"; a link joins two different nodes`}},
 		{"unknown kind", "name: x\nnodes:\n  a: {kind: switch}\n  b: {}\nlinks: [{endpoints: [a, b]}]\n",

@@ -128,7 +128,7 @@ def jvm_environment(env: dict[str, str]) -> dict[str, str]:
     set) and no AWS keys, which make Spark look the host name up to say where keys came from;
     the keys reach S3A through the session's configuration (storage) instead."""
     try:
-        socket.gethostbyname(socket.gethostname())
+        socket.getaddrinfo(socket.gethostname(), None)  # IPv4 or IPv6, as the JVM looks it up
         return env
     except OSError:
         out = {k: v for k, v in env.items() if k not in _AWS_KEYS}
@@ -139,18 +139,27 @@ def jvm_environment(env: dict[str, str]) -> dict[str, str]:
 
 @contextlib.contextmanager
 def _environment(env: dict[str, str] | None) -> Iterator[None]:
-    """os.environ is env inside (None: unchanged), as it was after."""
-    if env is None or env == os.environ:
+    """os.environ is env inside (None: unchanged); after, what this changed is put back, and
+    what others set meanwhile (PySpark, as its JVM starts) is kept."""
+    if env is None:
         yield
         return
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
+    changed = {
+        k: os.environ.get(k) for k in set(os.environ) | set(env) if os.environ.get(k) != env.get(k)
+    }
+    for k in changed:
+        if k in env:
+            os.environ[k] = env[k]
+        else:
+            del os.environ[k]
     try:
         yield
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
+        for k, v in changed.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def spark_session(

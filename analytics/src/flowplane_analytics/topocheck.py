@@ -306,8 +306,8 @@ def check_graph(file: str, root: Node) -> list[str]:
                 for k in GRAPH_LINK_KEYS:
                     if not has_key(item, k):
                         el.add(line(item), join(f, k), f"missing; {want_link}")
-                ends = [plain(v) for k, v in item.value if key_name(k) in GRAPH_LINK_KEYS]
-                self_link(item, f, ends)
+                given = {key_name(k): plain(v) for k, v in item.value}  # a key twice: one
+                self_link(item, f, [given[k] for k in GRAPH_LINK_KEYS if k in given])
             else:
                 el.add(line(item), f, want_link)
 
