@@ -95,17 +95,17 @@ var yamlParserProblems = []string{
 	"found duplicate %YAML directive", "found incompatible YAML document", "found undefined tag handle",
 }
 
-// yamlUnclosed are the errors of a flow collection left open: its "[" or "{" is the line to
-// fix, where it begins.
-var yamlUnclosed = []string{"did not find expected ',' or ']'", "did not find expected ',' or '}'"}
+// yamlOpen are the errors of a construct left open to the end of the file (a flow collection,
+// a quoted string): the line to fix is where it opens.
+var yamlOpen = []string{"did not find expected ',' or ']'", "did not find expected ',' or '}'", "found unexpected end of stream"}
 
 var yamlLine = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
 
 // syntaxError splits yaml.v3's syntax error into the line (1-based; 0 when unknown) and the
-// message. The line is the opening bracket of a flow collection left open; for any other error
-// the first line at which the file stops parsing with that error (yaml.v3 names where the
-// enclosing construct begins: a tab is reported on the line above it, an item in a mapping on
-// the mapping's first key).
+// message. yaml.v3 names where the enclosing construct begins (a tab is reported on the line
+// above it, an item in a mapping on the mapping's first key; nothing on line 1), so the line is
+// found again from the file: for a construct left open, the line after the last that the file
+// parses up to; for any other error, the first line up to which the file fails with it.
 func syntaxError(err error, data []byte) (int, string) {
 	m := yamlLine.FindStringSubmatch(err.Error())
 	if m == nil {
@@ -113,26 +113,39 @@ func syntaxError(err error, data []byte) (int, string) {
 	}
 	line, _ := strconv.Atoi(m[1])
 	msg := m[2]
-	lines := strings.SplitAfter(strings.TrimSuffix(string(data), "\n"), "\n")
+	text := strings.ReplaceAll(strings.ReplaceAll(string(data), "\r\n", "\n"), "\r", "\n")
+	lines := strings.SplitAfter(strings.TrimSuffix(text, "\n"), "\n")
 	if slices.Contains(yamlParserProblems, msg) {
 		line = min(line+1, len(lines)) // at the end of the file the parser points past it
 	}
-	if slices.Contains(yamlUnclosed, msg) {
+	parse := func(n int) error {
+		var doc yaml.Node
+		return yaml.Unmarshal([]byte(strings.Join(lines[:n], "")), &doc)
+	}
+	same := func(n int) bool {
+		sm := yamlLine.FindStringSubmatch(fmt.Sprint(parse(n)))
+		return sm != nil && sm[2] == msg
+	}
+	if slices.Contains(yamlOpen, msg) {
+		if len(lines) > maxBackward {
+			return line, msg
+		}
+		for n := len(lines) - 1; n >= 0; n-- {
+			if parse(n) == nil {
+				return n + 1, msg
+			}
+		}
 		return line, msg
 	}
-	for n := max(line-1, 1); n <= len(lines) && n <= line+maxLookahead; n++ {
-		var doc yaml.Node
-		e := yaml.Unmarshal([]byte(strings.Join(lines[:n], "")), &doc)
-		if sm := yamlLine.FindStringSubmatch(fmt.Sprint(e)); e != nil && sm != nil && sm[2] == msg {
-			return n, msg
-		}
+	if !same(len(lines)) {
+		return line, msg
 	}
-	return line, msg
+	return sort.Search(len(lines), func(i int) bool { return same(i + 1) }) + 1, msg
 }
 
-// maxLookahead bounds syntaxError's search past the line yaml.v3 names (each step parses the
-// file up to a line again).
-const maxLookahead = 200
+// maxBackward is the longest file searched backward for an open construct (each step parses the
+// file up to a line again: quadratic); a longer one gets yaml.v3's line.
+const maxBackward = 2000
 
 // EachKey calls fn for each key of mapping v, reporting keys not in known and keys given twice.
 // A null value ("h1:" with nothing after it) is an empty mapping.
