@@ -516,6 +516,9 @@ def _setup(
     return con, ds, src, net, cs, members, aliases
 
 
+_warned: set[str] = set()
+
+
 def _warn_unnamed_points(con: Any, ds: engine.Dataset, aliases: Any) -> None:
     """Say which measurement points of the records no point of the topology names: a probe_id
     or an interface name that differs from the topology's leaves its points missing from every
@@ -527,13 +530,15 @@ def _warn_unnamed_points(con: Any, ds: engine.Dataset, aliases: Any) -> None:
         return
     names = sorted(":".join(map(str, r)) for r in df[key].itertuples(index=False))
     more = f" and {len(names) - 10} more" if len(names) > 10 else ""
-    print(
+    msg = (
         f"warning: the records hold {len(names)} measurement point(s) that no point of the "
         f"topology names: {', '.join(names[:10])}{more} (probe:interface:direction); their "
         "packets are in no metric: check the probes' probe_id and interface names against "
-        "the topology",
-        file=sys.stderr,
+        "the topology"
     )
+    if msg not in _warned:  # once, though --skip-bad-files may run the command again
+        _warned.add(msg)
+        print(msg, file=sys.stderr)
 
 
 def _clusters_frame(cs: Sequence[clus.Cluster]) -> pd.DataFrame:
@@ -894,6 +899,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     message naming the file or flag, no traceback) or 3 (--fail-on-alarm). An unexpected
     exception is one line too, the traceback only with FLOWPLANE_ANALYTICS_DEBUG=1."""
     args = sys.argv[1:] if argv is None else argv
+    _warned.clear()
     try:
         try:
             return run(args)
