@@ -24,6 +24,10 @@ import (
 // instances are removed before this one uses the id.
 const netnsTags = "netns"
 
+// Warn says what attach did that nobody asked for; the command line prints it as its other
+// warnings ("warning: …"), a library's default is its log.
+var Warn = func(msg string) { slog.Warn(msg) }
+
 // ThisNetns is the instance id of the calling thread's network namespace (pin.Netns of its
 // inode), after removing the instances of a deleted namespace that had the same inode.
 func ThisNetns() (string, error) {
@@ -55,7 +59,7 @@ func ThisNetns() (string, error) {
 		return id, nil
 	case err == nil:
 		if held(id) {
-			slog.Warn("removing what flowplane had in a deleted network namespace with this one's inode", "netns", id)
+			Warn("removed what flowplane had in a deleted network namespace with this one's inode (" + id + ")")
 		}
 		if err := ForgetNetns(st.Ino); err != nil {
 			return "", err

@@ -83,7 +83,7 @@ func TestForgetsADeletedNamespace(t *testing.T) {
 		if again, err := attach.ThisNetns(); err != nil || again != id {
 			t.Errorf("the id after the inode's reuse: %q, %v; want %q", again, err, id)
 		}
-		if !strings.Contains(log.String(), "removing what flowplane had in a deleted network namespace") {
+		if !strings.Contains(log.String(), "removed what flowplane had in a deleted network namespace") {
 			t.Errorf("no warning on removing a deleted namespace's instances: %q", log.String())
 		}
 		// Reused again, the deleted namespace holding nothing (a status asked there): silent.

@@ -1,11 +1,14 @@
 package cli
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/flowplane/flowplane/internal/attach"
 )
 
 // Root is the top command holding the subsystems' commands, with what the whole binary shares:
@@ -27,6 +30,7 @@ func Root(use, short string, subcommands ...*cobra.Command) *cobra.Command {
 		}
 		// The process's stderr, not cmd.ErrOrStderr(): the default logger outlives the command.
 		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+		attach.Warn = func(msg string) { fmt.Fprintln(os.Stderr, "warning:", msg) }
 	}
 	// Subcommands inherit the flag error function.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return Usage(err) })
