@@ -83,7 +83,7 @@ func applyCmd(name *string) *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "tune: %s policy %s on cgroup %s (%s, %s, from %s)\n",
-				verb, rec.Name, cgroup.HostPath(rec.Cgroup), count(len(pol.Profiles), "profile"), count(len(pol.Rules), "rule"), rec.File)
+				verb, rec.Name, cgroup.HostPath(rec.Cgroup), cli.Count(len(pol.Profiles), "profile"), cli.Count(len(pol.Rules), "rule"), rec.File)
 			return nil
 		},
 	}
@@ -296,12 +296,4 @@ func removeCmd(name *string) *cobra.Command {
 			return nil
 		},
 	}
-}
-
-// count is "1 rule", "2 rules".
-func count(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }
